@@ -1,0 +1,64 @@
+"""cadence-store: a durable, sha256 hash-chained run journal for SQLAlchemy applications."""
+
+from .engine import configure_engine
+from .errors import (
+    CadenceStoreError,
+    InvalidInputError,
+    InvalidTransitionError,
+    JournalIntegrityError,
+    LeaseFencedError,
+    MigrationError,
+    OperationConflictError,
+    RunNotFoundError,
+    SchemaOutOfDateError,
+    StateRootError,
+    StoreBusyError,
+    StoreFormatError,
+    StoreUnavailableError,
+)
+from .journal import (
+    ApprovalProof,
+    BindDelivery,
+    DeliveryBinding,
+    OperationLease,
+    OperationStatus,
+    RunEvent,
+    RunProjection,
+)
+from .models import OWNED_TABLES
+from .repository import RunRepository
+from .schema import host_include_object, upgrade
+from .store import RunStore
+from .unit_of_work import UnitOfWork
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OWNED_TABLES",
+    "ApprovalProof",
+    "BindDelivery",
+    "CadenceStoreError",
+    "DeliveryBinding",
+    "InvalidInputError",
+    "InvalidTransitionError",
+    "JournalIntegrityError",
+    "LeaseFencedError",
+    "MigrationError",
+    "OperationConflictError",
+    "OperationLease",
+    "OperationStatus",
+    "RunEvent",
+    "RunNotFoundError",
+    "RunProjection",
+    "RunRepository",
+    "RunStore",
+    "SchemaOutOfDateError",
+    "StateRootError",
+    "StoreBusyError",
+    "StoreFormatError",
+    "StoreUnavailableError",
+    "UnitOfWork",
+    "configure_engine",
+    "host_include_object",
+    "upgrade",
+]

@@ -1,0 +1,124 @@
+"""Engines: creating cadence-store's own, and `configure_engine` for a host's.
+
+SQLite needs two things for concurrent writers (see NOTES-engines): `foreign_keys` set on
+connect (it is a no-op inside a transaction) and write transactions that begin
+IMMEDIATE (a deferred transaction that reads then writes fails at once under a concurrent
+writer, ignoring busy_timeout). cadence-store never alters a host's engine by itself: its
+own transactions on an unconfigured engine send `BEGIN IMMEDIATE` on their connection;
+`configure_engine` is the host's opt-in that makes every transaction of the engine so.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Final
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .errors import InvalidInputError
+
+BUSY_TIMEOUT_MS: Final = 10_000
+
+_immediate_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "sqlite"
+
+
+def is_postgresql(bind: Engine | Connection) -> bool:
+    return bind.dialect.name == "postgresql"
+
+
+def begins_immediate(engine: Engine) -> bool:
+    """Whether every transaction of `engine` already begins IMMEDIATE (configure_engine)."""
+    return engine in _immediate_engines
+
+
+def parse_url(url: str | URL) -> URL:
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError, TypeError) as error:
+        raise InvalidInputError("invalid-database-url", str(error)) from None
+
+
+def _set_session_pragmas(dbapi_connection: Any, *, wal: bool) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = FULL")
+    finally:
+        cursor.close()
+
+
+def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
+    """An engine for cadence-store's own use.
+
+    On SQLite each connection gets foreign_keys, busy_timeout and synchronous=FULL, but
+    not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
+    (adoption, head revision) before anything changes it. `enable_wal` follows the check.
+    """
+    engine = create_engine(parse_url(url), **engine_options)
+    if is_sqlite(engine):
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            _set_session_pragmas(dbapi_connection, wal=False)
+
+    return engine
+
+
+def enable_wal(connection: Connection) -> None:
+    """Switch a SQLite file database to WAL (persistent; call outside a transaction)."""
+    if is_sqlite(connection) and connection.engine.url.database not in (None, "", ":memory:"):
+        connection.exec_driver_sql("PRAGMA journal_mode = WAL")
+
+
+def configure_engine(engine: Engine) -> Engine:
+    """Make every transaction of a host SQLite engine fit for concurrent writers.
+
+    On connect: foreign_keys, WAL, synchronous=FULL, busy_timeout; every transaction
+    begins IMMEDIATE (the pysqlite recipe: the driver's own transaction handling is
+    turned off and SQLAlchemy's begin emits the BEGIN). Other engines are returned as
+    they are. Idempotent.
+    """
+    if not is_sqlite(engine) or engine in _immediate_engines:
+        return engine
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        _set_session_pragmas(dbapi_connection, wal=True)
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    _immediate_engines.add(engine)
+    return engine
+
+
+def begin_write(connection: Connection) -> None:
+    """Start a write transaction on `connection` (IMMEDIATE on SQLite) if none is open.
+
+    On an engine from `configure_engine` the begin event already emits BEGIN IMMEDIATE.
+    """
+    if connection.in_transaction():
+        return
+    if is_sqlite(connection) and not begins_immediate(connection.engine):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.begin()
+
+
+def masked_url(url: str | URL) -> str:
+    """The URL with any password hidden, fit for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError, TypeError):
+        return "<invalid database url>"

@@ -1,0 +1,142 @@
+"""Every failure cadence-store raises: a `CadenceStoreError` with a stable `.code`.
+
+Codes equal the cadence 1.x error messages so callers (and stores) written for
+cadence 1.x keep working; the subclasses only group them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class CadenceStoreError(Exception):
+    """Base of every cadence-store failure; `.code` is stable and machine-readable."""
+
+    default_code: ClassVar[str] = "cadence-store-error"
+
+    def __init__(self, code: str | None = None, detail: str | None = None) -> None:
+        self.code: str = code or self.default_code
+        self.detail = detail
+        super().__init__(self.code if detail is None else f"{self.code}: {detail}")
+
+
+class InvalidInputError(CadenceStoreError):
+    """A caller passed a value the contract rejects; nothing was written."""
+
+    default_code = "invalid-input"
+
+
+class RunNotFoundError(CadenceStoreError):
+    default_code = "run-not-found"
+
+
+class OperationConflictError(CadenceStoreError):
+    """The request contradicts what is already recorded (operation ids, keys, revisions)."""
+
+    default_code = "operation-id-conflict"
+
+
+class LeaseFencedError(CadenceStoreError):
+    """The lease presented is not the live lease of its operation."""
+
+    default_code = "lease-fenced"
+
+
+class InvalidTransitionError(CadenceStoreError):
+    """The run's state does not allow the requested move."""
+
+    default_code = "invalid-run-transition"
+
+
+class JournalIntegrityError(CadenceStoreError):
+    """Stored events or projections do not verify."""
+
+    default_code = "event-integrity-hash-chain"
+
+    def __init__(
+        self,
+        code: str | None = None,
+        detail: str | None = None,
+        *,
+        run_id: str | None = None,
+        sequence: int | None = None,
+        expected: Any = None,
+        actual: Any = None,
+    ) -> None:
+        super().__init__(code, detail)
+        self.run_id = run_id
+        self.sequence = sequence
+        self.expected = expected
+        self.actual = actual
+
+
+class StoreFormatError(CadenceStoreError):
+    """The database is not a store this library can adopt; it was left untouched."""
+
+    default_code = "run-store-reset-required"
+    recovery: ClassVar[dict[str, Any]] = {
+        "action": "reset-private-run-store",
+        "requiresBackup": True,
+        "retryCommand": "status-or-start",
+    }
+
+    def __init__(self, database_path: str | None = None, detail: str | None = None) -> None:
+        super().__init__(self.default_code, detail)
+        self.database_path = database_path
+
+    @property
+    def hint(self) -> str:
+        where = self.database_path or "the database"
+        return (
+            f"back up {where}, then reset (remove) the private run store and retry "
+            "the status or start command"
+        )
+
+
+class MigrationError(CadenceStoreError):
+    """An upgrade step failed; the whole upgrade was rolled back."""
+
+    default_code = "run-store-migration-failed"
+
+
+class SchemaOutOfDateError(CadenceStoreError):
+    """The database is not at the head revision; the message names the command to run."""
+
+    default_code = "run-store-upgrade-required"
+
+    def __init__(self, detail: str | None = None, *, command: str = "cadence-store upgrade") -> None:
+        super().__init__(self.default_code, detail)
+        self.command = command
+
+
+class StateRootError(CadenceStoreError):
+    default_code = "state-component-type"
+
+
+class StoreBusyError(CadenceStoreError):
+    """Other writers held the store for longer than the retry budget."""
+
+    default_code = "run-store-busy"
+
+
+class StoreUnavailableError(CadenceStoreError):
+    """The database cannot be read or written (disk full, read-only, closed, unreachable)."""
+
+    default_code = "run-store-unavailable"
+
+
+__all__ = [
+    "CadenceStoreError",
+    "InvalidInputError",
+    "InvalidTransitionError",
+    "JournalIntegrityError",
+    "LeaseFencedError",
+    "MigrationError",
+    "OperationConflictError",
+    "RunNotFoundError",
+    "SchemaOutOfDateError",
+    "StateRootError",
+    "StoreBusyError",
+    "StoreFormatError",
+    "StoreUnavailableError",
+]

@@ -1,0 +1,54 @@
+"""The pure journal: canonical JSON, event hashing, the state machine, projections.
+
+Nothing here does I/O or imports SQLAlchemy; it is tested without a database.
+"""
+
+from .canonical import canonical_json, compare_canonical_strings, js_stringify
+from .events import EVENT_TYPES, ZERO_EVENT_HASH, create_event, hash_event
+from .projection import ChainVerifier, apply_event, reduce_documents, reduce_events
+from .states import (
+    LEGAL_TRANSITIONS,
+    RUN_STAGES,
+    RUN_STATES,
+    TERMINAL_STATES,
+    assert_transition,
+    can_transition,
+    legal_control_commands,
+)
+from .values import (
+    ApprovalProof,
+    BindDelivery,
+    DeliveryBinding,
+    OperationLease,
+    OperationStatus,
+    RunEvent,
+    RunProjection,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "LEGAL_TRANSITIONS",
+    "RUN_STAGES",
+    "RUN_STATES",
+    "TERMINAL_STATES",
+    "ZERO_EVENT_HASH",
+    "ApprovalProof",
+    "BindDelivery",
+    "ChainVerifier",
+    "DeliveryBinding",
+    "OperationLease",
+    "OperationStatus",
+    "RunEvent",
+    "RunProjection",
+    "apply_event",
+    "assert_transition",
+    "can_transition",
+    "canonical_json",
+    "compare_canonical_strings",
+    "create_event",
+    "hash_event",
+    "js_stringify",
+    "legal_control_commands",
+    "reduce_documents",
+    "reduce_events",
+]

@@ -1,0 +1,112 @@
+"""The run state machine of cadence 1.x: 18 states, legal transitions, terminal states."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..errors import InvalidTransitionError
+
+RUN_STAGES: Final = ("abel-design", "abel-implement")
+
+RUN_STATES: Final = (
+    "created",
+    "validating-delivery",
+    "ready",
+    "queued",
+    "connecting",
+    "running",
+    "validating",
+    "verifying",
+    "retryable",
+    "paused",
+    "approval-needed",
+    "change-verifying",
+    "ready-to-apply",
+    "applying",
+    "recovering",
+    "completed",
+    "discarded",
+    "rejected",
+)
+
+TERMINAL_STATES: Final = frozenset({"completed", "discarded", "rejected"})
+
+LEGAL_TRANSITIONS: Final[dict[str, tuple[str, ...]]] = {
+    "created": ("validating-delivery", "paused", "discarded", "rejected"),
+    "validating-delivery": ("ready", "paused", "approval-needed", "discarded", "rejected"),
+    "ready": ("queued", "running", "paused", "discarded", "rejected"),
+    "queued": ("connecting", "running", "paused", "discarded"),
+    "connecting": ("running", "retryable", "paused", "discarded"),
+    "running": (
+        "validating",
+        "verifying",
+        "queued",
+        "retryable",
+        "paused",
+        "approval-needed",
+        "change-verifying",
+        "discarded",
+    ),
+    "validating": ("running", "verifying", "retryable", "paused", "approval-needed", "discarded"),
+    "verifying": (
+        "running",
+        "retryable",
+        "paused",
+        "approval-needed",
+        "change-verifying",
+        "discarded",
+    ),
+    "retryable": ("queued", "connecting", "running", "paused", "discarded"),
+    "paused": (
+        "paused",
+        "validating-delivery",
+        "ready",
+        "queued",
+        "connecting",
+        "running",
+        "approval-needed",
+        "recovering",
+        "completed",
+        "discarded",
+        "rejected",
+    ),
+    "approval-needed": ("validating-delivery", "paused", "discarded", "rejected"),
+    "change-verifying": (
+        "running",
+        "retryable",
+        "paused",
+        "approval-needed",
+        "ready-to-apply",
+        "discarded",
+    ),
+    "ready-to-apply": ("applying", "paused", "discarded"),
+    "applying": ("recovering", "completed"),
+    "recovering": ("applying", "paused", "completed", "discarded", "rejected"),
+    "completed": (),
+    "discarded": (),
+    "rejected": (),
+}
+
+
+def can_transition(from_: str, to: str) -> bool:
+    return to in LEGAL_TRANSITIONS.get(from_, ())
+
+
+def assert_transition(from_: str, to: str) -> None:
+    if not can_transition(from_, to):
+        raise InvalidTransitionError(f"invalid-run-transition:{from_}:{to}")
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL_STATES
+
+
+def legal_control_commands(state: str) -> list[str]:
+    """The operator commands cadence 1.x offered for a run in `state`."""
+    if state in TERMINAL_STATES:
+        return ["status"]
+    if state in ("paused", "retryable", "approval-needed"):
+        return ["status", "resume", "rebind", "discard"]
+    if state == "recovering":
+        return ["status", "resume", "discard"]
+    return ["status", "cancel", "discard"]

@@ -1,0 +1,167 @@
+"""Input rules of cadence 1.x, with its error codes. Pure: no I/O, no SQLAlchemy."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import InvalidInputError
+from .states import RUN_STAGES
+from .values import ApprovalProof, OperationLease
+
+CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
+# ASCII only: Python would otherwise also fold U+0130/U+0131 into [a-z], which cadence 1.x
+# (JavaScript /iu) never accepted.
+IDENTIFIER = re.compile(r"[a-z0-9](?:[a-z0-9._:-]{0,126}[a-z0-9])?", re.IGNORECASE | re.ASCII)
+SHA256 = re.compile(r"[a-f0-9]{64}")
+DELIVERY_GATES = ("gate-a", "gate-b")
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_PROVISIONAL_ALIASES = 4
+
+
+def is_sha256(value: object) -> bool:
+    return isinstance(value, str) and SHA256.fullmatch(value) is not None
+
+
+def is_safe_integer(value: object) -> bool:
+    """JavaScript's Number.isSafeInteger; booleans are not numbers."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if isinstance(value, float):
+        return value.is_integer() and abs(value) <= MAX_SAFE_INTEGER
+    return False
+
+
+def require_operation_id(value: object) -> str:
+    if not isinstance(value, str) or IDENTIFIER.fullmatch(value) is None:
+        raise InvalidInputError("invalid-operation-id")
+    return value
+
+
+def require_change(value: object) -> str:
+    if not isinstance(value, str) or CHANGE_NAME.fullmatch(value) is None:
+        raise InvalidInputError("invalid-change")
+    return value
+
+
+def require_run_id(value: object) -> str:
+    # Any string may name a run (lookups answer run-not-found); other types are misuse.
+    if not isinstance(value, str):
+        raise InvalidInputError("invalid-run-id")
+    return value
+
+
+def require_root_hash(value: object) -> str:
+    if not is_sha256(value):
+        raise InvalidInputError("invalid-root-hash")
+    assert isinstance(value, str)
+    return value
+
+
+def require_stage(value: object) -> str:
+    if value not in RUN_STAGES:
+        raise InvalidInputError("invalid-run-stage")
+    assert isinstance(value, str)
+    return value
+
+
+def require_ttl(value: object) -> int:
+    if not is_safe_integer(value) or int(value) < 1:  # type: ignore[call-overload]
+        raise InvalidInputError("invalid-lease-ttl")
+    return int(value)  # type: ignore[call-overload]
+
+
+def lookup_keys(
+    stage: str,
+    change: object,
+    provisional_key: object,
+    provisional_aliases: object,
+) -> list[str]:
+    """The run lookup keys of a start request, first one primary (cadence 1.x `lookupKeys`)."""
+    has_change = change is not None
+    has_provisional = provisional_key is not None
+    if has_change == has_provisional:
+        raise InvalidInputError("invalid-run-lookup-key")
+    if has_change:
+        if provisional_aliases is not None:
+            raise InvalidInputError("invalid-run-lookup-key")
+        return [f"change:{require_change(change)}"]
+    if not is_sha256(provisional_key):
+        raise InvalidInputError("invalid-provisional-key")
+    aliases: list[str] = []
+    if provisional_aliases is not None:
+        if (
+            isinstance(provisional_aliases, str | bytes | Mapping)
+            or not hasattr(provisional_aliases, "__iter__")
+            or len(aliases := list(provisional_aliases)) > MAX_PROVISIONAL_ALIASES
+            or not all(is_sha256(alias) for alias in aliases)
+        ):
+            raise InvalidInputError("invalid-provisional-key")
+    if stage != "abel-design":
+        raise InvalidInputError("provisional-run-requires-design")
+    unique = dict.fromkeys([str(provisional_key), *aliases])
+    return [f"provisional:{key}" for key in unique]
+
+
+def coerce_approval_proof(value: object) -> ApprovalProof | None:
+    if value is None or isinstance(value, ApprovalProof):
+        proof = value
+    elif isinstance(value, Mapping):
+        try:
+            proof = ApprovalProof.model_validate(dict(value))
+        except ValidationError:
+            raise InvalidInputError("invalid-delivery-binding") from None
+    else:
+        raise InvalidInputError("invalid-delivery-binding")
+    if proof is not None and (
+        not is_safe_integer(proof.revision)
+        or proof.revision < 1
+        or not is_sha256(proof.contract_hash)
+        or not is_sha256(proof.record_hash)
+    ):
+        raise InvalidInputError("invalid-delivery-binding")
+    return proof
+
+
+def coerce_lease(value: object) -> OperationLease:
+    if isinstance(value, OperationLease):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return OperationLease.model_validate(dict(value))
+        except ValidationError:
+            pass
+    raise InvalidInputError("invalid-lease")
+
+
+def coerce_optional_lease(value: object) -> OperationLease | None:
+    return None if value is None else coerce_lease(value)
+
+
+def require_delivery(gate: object, revision: object, receipt_hash: object) -> tuple[str, int, str]:
+    if gate not in DELIVERY_GATES or not is_safe_integer(revision) or not is_sha256(receipt_hash):
+        raise InvalidInputError("invalid-delivery-binding")
+    assert isinstance(gate, str) and isinstance(receipt_hash, str)
+    number = int(revision)  # type: ignore[call-overload]
+    if number < 1:
+        raise InvalidInputError("invalid-delivery-binding")
+    return gate, number, receipt_hash
+
+
+def require_transition_code(code: object) -> str | None:
+    if code is None:
+        return None
+    if not isinstance(code, str):
+        raise InvalidInputError("invalid-transition-code")
+    return code or None
+
+
+def require_callable(value: object, code: str) -> Any:
+    if not callable(value):
+        raise InvalidInputError(code)
+    return value

@@ -1,0 +1,107 @@
+"""The public value types: pydantic models with snake_case attributes and cadence 1.x aliases.
+
+`model_dump(mode="json", by_alias=True, exclude_none=True)` gives the object cadence 1.x
+returned. A `RunProjection` made from a stored or reduced projection also keeps that
+object's exact key order (`document()` / `to_json()`), which cadence 1.x's byte-level
+comparisons depend on.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr
+from pydantic.alias_generators import to_camel
+
+from .canonical import js_stringify
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cadence 1.x (camelCase) object."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ApprovalProof(_Value):
+    revision: StrictInt
+    contract_hash: StrictStr
+    record_hash: StrictStr
+
+
+class DeliveryBinding(_Value):
+    gate: StrictStr
+    revision: StrictInt
+    receipt_hash: StrictStr
+    approval_proof: ApprovalProof | None = None
+
+
+class RunProjection(_Value):
+    run_id: StrictStr
+    root_hash: StrictStr
+    stage: StrictStr
+    change: StrictStr | None = None
+    provisional_key: StrictStr | None = None
+    state: StrictStr
+    sequence: StrictInt
+    event_hash: StrictStr
+    delivery_revision: StrictInt | None = None
+    delivery_bindings: tuple[DeliveryBinding, ...] = ()
+    pause_code: StrictStr | None = None
+    terminal: StrictStr | None = None
+
+    _document: dict[str, Any] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> RunProjection:
+        """Wrap a projection object (cadence 1.x key order) without losing that order."""
+        projection = cls.model_validate(document)
+        projection._document = document
+        return projection
+
+    def document(self) -> dict[str, Any]:
+        """The projection object in cadence 1.x key order (a copy)."""
+        if self._document is not None:
+            return copy.deepcopy(self._document)
+        return self.to_dict()
+
+    def to_json(self) -> str:
+        """`JSON.stringify` of the projection, as cadence 1.x stored it."""
+        return js_stringify(self._document if self._document is not None else self.to_dict())
+
+
+class RunEvent(_Value):
+    sequence: StrictInt
+    type: StrictStr
+    payload: dict[str, Any]
+    prior_hash: StrictStr
+    hash: StrictStr
+
+
+class OperationLease(_Value):
+    run_id: StrictStr
+    operation_id: StrictStr
+    token: StrictStr
+    expires_at: StrictInt
+
+
+class OperationStatus(_Value):
+    state: Literal["running", "committed", "interrupted"]
+    outcome: dict[str, Any] | None = None
+    expires_at: StrictInt | None = None
+
+
+class BindDelivery(_Value):
+    """One input of `bind_deliveries_atomically` (the fields of `bind_delivery`)."""
+
+    run_id: StrictStr
+    gate: StrictStr
+    revision: StrictInt
+    receipt_hash: StrictStr
+    operation_id: StrictStr
+    approval_proof: ApprovalProof | None = None
+    lease: OperationLease | None = None

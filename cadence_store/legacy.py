@@ -1,0 +1,226 @@
+"""Recognising a cadence 1.x store, exactly as cadence 1.x's own opener did.
+
+Only reads (PRAGMAs and SELECTs): this runs before anything may change the file. The
+reference shapes come from cadence 1.x's schema text, executed in a private in-memory
+SQLite database and described the way cadence 1.x's `matchesSqliteSchema` described
+them: per table the columns (name, type, notnull, default, pk) — extra columns allowed —
+the foreign keys, the unique keys and the STRICT flag, all ten tables of the run schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .journal.canonical import canonical_json
+
+PROOF_COLUMNS: Final = ("approval_revision", "contract_hash", "record_hash")
+
+# cadence 1.x `RUN_SCHEMA` (storage-schema.ts), the current and v4 run schema.
+RUN_SCHEMA_CURRENT: Final = """
+CREATE TABLE runs (
+  run_id TEXT PRIMARY KEY, root_hash TEXT NOT NULL, stage TEXT NOT NULL,
+  lookup_key TEXT NOT NULL, change_name TEXT, provisional_key TEXT, state TEXT NOT NULL,
+  sequence INTEGER NOT NULL, event_hash TEXT NOT NULL, delivery_revision INTEGER,
+  projection_json TEXT NOT NULL, terminal_tombstone TEXT,
+  UNIQUE (root_hash, stage, lookup_key)
+) STRICT;
+CREATE TABLE delivery_bindings (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, gate TEXT NOT NULL,
+  revision INTEGER NOT NULL, receipt_hash TEXT NOT NULL, approval_revision INTEGER,
+  contract_hash TEXT, record_hash TEXT, operation_id TEXT NOT NULL,
+  PRIMARY KEY (run_id, gate, revision), UNIQUE (run_id, operation_id)
+) STRICT;
+CREATE TABLE events (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, sequence INTEGER NOT NULL,
+  type TEXT NOT NULL, payload_json TEXT NOT NULL, prior_hash TEXT NOT NULL,
+  event_hash TEXT NOT NULL, PRIMARY KEY (run_id, sequence), UNIQUE (run_id, event_hash)
+) STRICT;
+CREATE TABLE tasks (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, task_id TEXT NOT NULL,
+  state TEXT NOT NULL, phase TEXT, projection_json TEXT NOT NULL,
+  PRIMARY KEY (run_id, task_id)
+) STRICT;
+CREATE TABLE operations (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  operation_id TEXT NOT NULL, kind TEXT NOT NULL, state TEXT NOT NULL, outcome_json TEXT,
+  lease_token TEXT, lease_expires_at INTEGER, PRIMARY KEY (run_id, operation_id)
+) STRICT;
+CREATE TABLE route_health (
+  route_fingerprint TEXT PRIMARY KEY, state TEXT NOT NULL, next_half_open_at INTEGER,
+  projection_json TEXT NOT NULL
+) STRICT;
+CREATE TABLE artifacts (
+  content_hash TEXT PRIMARY KEY, size_bytes INTEGER NOT NULL, seal_state TEXT NOT NULL,
+  owner_run_id TEXT REFERENCES runs(run_id) ON DELETE CASCADE,
+  reference_count INTEGER NOT NULL
+) STRICT;
+CREATE TABLE workspace_revisions (
+  revision_id TEXT PRIMARY KEY,
+  owner_run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  parent_revision_id TEXT, manifest_hash TEXT NOT NULL
+) STRICT;
+CREATE TABLE apply_transactions (
+  transaction_id TEXT PRIMARY KEY,
+  owner_run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  state TEXT NOT NULL, intent_json TEXT NOT NULL, recovery_json TEXT
+) STRICT;
+CREATE TABLE bootstrap_handoffs (
+  handoff_id TEXT PRIMARY KEY,
+  owner_run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  receipt_hash TEXT NOT NULL UNIQUE, state TEXT NOT NULL, facts_json TEXT NOT NULL
+) STRICT;
+"""
+
+# cadence 1.x `LEGACY_RUN_SCHEMA_V2`: the run schema without the approval-proof columns.
+RUN_SCHEMA_V2: Final = RUN_SCHEMA_CURRENT.replace(
+    " approval_revision INTEGER,\n  contract_hash TEXT, record_hash TEXT,", ""
+)
+
+LEGACY_TABLES: Final = (
+    "runs",
+    "delivery_bindings",
+    "events",
+    "tasks",
+    "operations",
+    "route_health",
+    "artifacts",
+    "workspace_revisions",
+    "apply_transactions",
+    "bootstrap_handoffs",
+)
+
+# Names whose presence marks a database as (once) a cadence run store.
+CADENCE_TABLE_NAMES: Final = frozenset({"runs", "events", "operations", "delivery_bindings", "schema_meta"})
+
+# The Alembic revision a recognised cadence 1.x store is stamped at.
+REVISION_FOR_VERSION: Final[dict[int | None, str]] = {
+    2: "cadence1x_v2",
+    4: "cadence1x_v4",
+    None: "cadence1x_current",
+}
+
+Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class TableShape:
+    columns: frozenset[str]
+    foreign_keys: str
+    unique_keys: str
+    strict: int
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def describe_table(query: Query, table: str) -> TableShape:
+    """cadence 1.x `describeTable`, through any read-only query function."""
+    columns = query(f"PRAGMA table_info({_quote(table)})", ())
+    foreign_keys = query(f"PRAGMA foreign_key_list({_quote(table)})", ())
+    indexes = query(f"PRAGMA index_list({_quote(table)})", ())
+    unique_keys = []
+    # index_list: seq, name, unique, origin, partial
+    for _seq, name, unique, _origin, partial in indexes:
+        if unique != 1:
+            continue
+        fields = query(f"PRAGMA index_xinfo({_quote(str(name))})", ())
+        # index_xinfo: seqno, cid, name, desc, coll, key
+        keyed = [
+            {"name": field[2], "coll": field[4], "desc": field[3]} for field in fields if field[5] == 1
+        ]
+        unique_keys.append(canonical_json({"partial": partial, "fields": keyed}))
+    strict_rows = query(
+        "SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
+    )
+    return TableShape(
+        # table_info: cid, name, type, notnull, dflt_value, pk
+        columns=frozenset(
+            canonical_json(
+                {"name": c[1], "type": c[2], "notnull": c[3], "dflt_value": c[4], "pk": c[5]}
+            )
+            for c in columns
+        ),
+        foreign_keys=canonical_json(
+            sorted(
+                canonical_json(
+                    {
+                        "target": fk[2],
+                        "from": fk[3],
+                        "to": fk[4],
+                        "on_update": fk[5],
+                        "on_delete": fk[6],
+                        "match": fk[7],
+                        "seq": fk[1],
+                    }
+                )
+                for fk in foreign_keys
+            )
+        ),
+        unique_keys=canonical_json(sorted(unique_keys)),
+        strict=int(strict_rows[0][0]) if strict_rows and strict_rows[0][0] is not None else 0,
+    )
+
+
+@functools.cache
+def reference_shapes(schema: str) -> dict[str, TableShape]:
+    reference = sqlite3.connect(":memory:")
+    try:
+        reference.executescript(schema)
+
+        def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            return reference.execute(sql, tuple(params)).fetchall()
+
+        return {table: describe_table(query, table) for table in LEGACY_TABLES}
+    finally:
+        reference.close()
+
+
+def matches_schema(query: Query, schema: str) -> bool:
+    """cadence 1.x `matchesSqliteSchema`: every table, key and STRICT flag; extra columns ok."""
+    for table, expected in reference_shapes(schema).items():
+        actual = describe_table(query, table)
+        if (
+            actual.strict != expected.strict
+            or not expected.columns <= actual.columns
+            or actual.foreign_keys != expected.foreign_keys
+            or actual.unique_keys != expected.unique_keys
+        ):
+            return False
+    return True
+
+
+def table_names(query: Query) -> set[str]:
+    rows = query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", ())
+    return {str(row[0]) for row in rows}
+
+
+def column_names(query: Query, table: str) -> list[str]:
+    return [str(row[1]) for row in query(f"PRAGMA table_info({_quote(table)})", ())]
+
+
+def legacy_revision(query: Query, tables: set[str]) -> str | None:
+    """The revision a cadence 1.x store is stamped at, or None when it is not one.
+
+    Mirrors cadence 1.x `hasCurrentSchema` and `supportedLegacyVersion`.
+    """
+    if "schema_meta" not in tables:
+        return REVISION_FOR_VERSION[None] if matches_schema(query, RUN_SCHEMA_CURRENT) else None
+    if column_names(query, "schema_meta") != ["version"]:
+        return None
+    rows = query("SELECT version FROM schema_meta", ())
+    if len(rows) != 1:
+        return None
+    version = rows[0][0]
+    if type(version) is not int or version not in (2, 4):
+        return None
+    if not matches_schema(query, RUN_SCHEMA_V2 if version == 2 else RUN_SCHEMA_CURRENT):
+        return None
+    # A v2 store cannot already hold proof columns: never repair an ambiguous upgrade.
+    if version == 2 and any(c in PROOF_COLUMNS for c in column_names(query, "delivery_bindings")):
+        return None
+    return REVISION_FOR_VERSION[version]

@@ -1,0 +1,130 @@
+"""SQLAlchemy 2.x declarative models of the four tables cadence-store owns.
+
+Column names, keys and foreign keys are cadence 1.x's exactly (a cadence 1.x store is
+adopted as is, and a fresh store stays readable by cadence 1.x). On SQLite the tables are
+STRICT and `runs.run_id` is declared without NOT NULL, as cadence 1.x declared it; other
+engines get BIGINT for every integer (millisecond timestamps, revisions, sequences).
+
+These models are the single source of truth the migrations must match
+(`tests/integration/test_migrations.py` proves there is no drift).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import (
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# INTEGER on SQLite (STRICT accepts no BIGINT), BIGINT elsewhere.
+Int64 = BigInteger().with_variant(Integer(), "sqlite")
+
+STRICT: Final = {"sqlite_strict": True}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _run_fk() -> ForeignKey:
+    return ForeignKey("runs.run_id", ondelete="CASCADE")
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("root_hash", "stage", "lookup_key"),
+        STRICT,
+    )
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True, nullable=True)
+    root_hash: Mapped[str] = mapped_column(Text)
+    stage: Mapped[str] = mapped_column(Text)
+    lookup_key: Mapped[str] = mapped_column(Text)
+    change_name: Mapped[str | None] = mapped_column(Text)
+    provisional_key: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Text)
+    sequence: Mapped[int] = mapped_column(Int64)
+    event_hash: Mapped[str] = mapped_column(Text)
+    delivery_revision: Mapped[int | None] = mapped_column(Int64)
+    projection_json: Mapped[str] = mapped_column(Text)
+    terminal_tombstone: Mapped[str | None] = mapped_column(Text)
+
+
+class DeliveryBindingRow(Base):
+    __tablename__ = "delivery_bindings"
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "gate", "revision"),
+        UniqueConstraint("run_id", "operation_id"),
+        STRICT,
+    )
+
+    run_id: Mapped[str] = mapped_column(Text, _run_fk())
+    gate: Mapped[str] = mapped_column(Text)
+    revision: Mapped[int] = mapped_column(Int64)
+    receipt_hash: Mapped[str] = mapped_column(Text)
+    operation_id: Mapped[str] = mapped_column(Text)
+    approval_revision: Mapped[int | None] = mapped_column(Int64)
+    contract_hash: Mapped[str | None] = mapped_column(Text)
+    record_hash: Mapped[str | None] = mapped_column(Text)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "sequence"),
+        UniqueConstraint("run_id", "event_hash"),
+        STRICT,
+    )
+
+    run_id: Mapped[str] = mapped_column(Text, _run_fk())
+    sequence: Mapped[int] = mapped_column(Int64)
+    type: Mapped[str] = mapped_column(Text)
+    payload_json: Mapped[str] = mapped_column(Text)
+    prior_hash: Mapped[str] = mapped_column(Text)
+    event_hash: Mapped[str] = mapped_column(Text)
+
+
+class OperationRow(Base):
+    __tablename__ = "operations"
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "operation_id"),
+        # cadence-store's own addition: start_run finds an operation id across runs
+        # without scanning every receipt (cadence 1.x slowed down as runs accumulated).
+        Index(None, "operation_id"),
+        STRICT,
+    )
+
+    run_id: Mapped[str] = mapped_column(Text, _run_fk())
+    operation_id: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Text)
+    outcome_json: Mapped[str | None] = mapped_column(Text)
+    lease_token: Mapped[str | None] = mapped_column(Text)
+    lease_expires_at: Mapped[int | None] = mapped_column(Int64)
+
+
+metadata: Final = Base.metadata
+runs: Final = Run.__table__
+delivery_bindings: Final = DeliveryBindingRow.__table__
+events: Final = EventRow.__table__
+operations: Final = OperationRow.__table__
+
+OWNED_TABLES: Final = frozenset({"runs", "events", "operations", "delivery_bindings"})

@@ -1,0 +1,224 @@
+"""Running cadence-store's Alembic migrations, adopting cadence 1.x stores, head checks.
+
+`upgrade(url_or_engine)` is `alembic upgrade head` made safe for a journal:
+- the whole upgrade, the adoption stamp included, is one transaction (BEGIN IMMEDIATE on
+  SQLite, where Alembic alone would autocommit each DDL step; a transaction-level
+  advisory lock on PostgreSQL, so concurrent upgraders do the work once);
+- a database without `cadence_store_version` is inspected first, reading only: fresh
+  (none of the cadence table names), a cadence 1.x store (stamped at its revision, then
+  upgraded), or anything else (refused with `StoreFormatError`, left byte for byte as it
+  was — not even the journal mode changes before this check).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from . import legacy
+from .engine import create_store_engine, enable_wal, is_postgresql, is_sqlite, masked_url
+from .errors import (
+    CadenceStoreError,
+    MigrationError,
+    SchemaOutOfDateError,
+    StoreBusyError,
+    StoreFormatError,
+    StoreUnavailableError,
+)
+from .models import OWNED_TABLES
+
+VERSION_TABLE: Final = "cadence_store_version"
+BRANCH_LABEL: Final = "cadence_store"
+# One lock id for every cadence-store upgrade on a PostgreSQL server.
+_UPGRADE_LOCK_ID: Final = int.from_bytes(
+    hashlib.sha256(b"cadence-store:upgrade").digest()[:8], "big", signed=True
+)
+
+
+def script_location() -> str:
+    """The migration scripts: packaged inside the wheel, else the source tree's."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "migrations", here.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return str(candidate)
+    raise MigrationError("run-store-migration-failed", "migration scripts not found")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", script_location())
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def head_revision() -> str:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    if len(heads) != 1:
+        raise MigrationError("run-store-migration-failed", f"expected one head, found {heads}")
+    return heads[0]
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The cadence-store revision of a database (None when it has none)."""
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    heads = context.get_current_heads()
+    return heads[0] if heads else None
+
+
+def _database_label(connection: Connection) -> str:
+    url = connection.engine.url
+    if is_sqlite(connection):
+        return url.database or ":memory:"
+    return masked_url(url)
+
+
+def _sqlite_query(connection: Connection) -> legacy.Query:
+    def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in connection.exec_driver_sql(sql, tuple(params)).fetchall()]
+
+    return query
+
+
+def adopt_if_needed(connection: Connection) -> str | None:
+    """Inspect a database that has no cadence-store version; stamp a cadence 1.x store.
+
+    Returns the revision stamped, or None for a database that is fresh for cadence-store
+    (or already versioned). Raises `StoreFormatError` for anything else, having only read.
+    Must run inside the upgrade transaction.
+    """
+    names = set(inspect(connection).get_table_names())
+    if VERSION_TABLE in names or not (names & legacy.CADENCE_TABLE_NAMES):
+        return None
+    label = _database_label(connection)
+    if not is_sqlite(connection):
+        raise StoreFormatError(label, "cadence tables without a cadence-store version")
+    revision = legacy.legacy_revision(_sqlite_query(connection), names)
+    if revision is None:
+        raise StoreFormatError(label, "not a cadence 1.x run store this version can adopt")
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    context.stamp(ScriptDirectory.from_config(alembic_config()), revision)
+    return revision
+
+
+@contextmanager
+def migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction for a whole upgrade: locked, adopted, committed or rolled back."""
+    with engine.connect() as connection:
+        try:
+            if is_sqlite(connection):
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                connection.begin()
+                if is_postgresql(connection):
+                    connection.exec_driver_sql(
+                        "SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID}
+                    )
+            adopt_if_needed(connection)
+            yield connection
+            connection.commit()
+        except Exception as error:
+            connection.rollback()
+            failure = _migration_failure(error)
+            if failure is error:
+                raise
+            raise failure from error
+        except BaseException:
+            connection.rollback()
+            raise
+
+
+def _migration_failure(error: Exception) -> Exception:
+    if isinstance(error, CadenceStoreError):
+        return error
+    if isinstance(error, OperationalError) and "locked" in str(error.orig).lower():
+        return StoreBusyError("run-store-busy", "another writer held the database")
+    if isinstance(error, OperationalError) and _unavailable(error):
+        return StoreUnavailableError("run-store-unavailable", str(error.orig))
+    return MigrationError("run-store-migration-failed", f"{type(error).__name__}: {error}")
+
+
+def _unavailable(error: DBAPIError) -> bool:
+    text = str(error.orig).lower()
+    return any(
+        marker in text
+        for marker in ("readonly", "read-only", "unable to open", "disk", "full", "connection")
+    )
+
+
+def upgrade(bind: str | URL | Engine, revision: str = "heads") -> str | None:
+    """Bring a database to `revision` (head by default), adopting a cadence 1.x store.
+
+    Returns the revision the database is at afterwards.
+    """
+    engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
+    try:
+        with migration_transaction(engine) as connection:
+            command.upgrade(alembic_config(connection), revision)
+            reached = current_revision(connection)
+        if is_sqlite(engine):
+            with engine.connect() as connection:
+                enable_wal(connection)
+        return reached
+    finally:
+        if engine is not bind:
+            engine.dispose()
+
+
+def downgrade(bind: str | URL | Engine, revision: str) -> str | None:
+    """Step a database back to `revision` (this project's own revisions only)."""
+    engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
+    try:
+        with migration_transaction(engine) as connection:
+            command.downgrade(alembic_config(connection), revision)
+            return current_revision(connection)
+    finally:
+        if engine is not bind:
+            engine.dispose()
+
+
+def upgrade_command(url: URL | str) -> str:
+    return f"cadence-store upgrade --url '{masked_url(url)}'"
+
+
+def assert_at_head(connection: Connection) -> None:
+    """Refuse a database that is not at the head revision, naming the command to run."""
+    try:
+        revision = current_revision(connection)
+    except DBAPIError as error:
+        raise StoreUnavailableError("run-store-unavailable", str(error.orig)) from None
+    if revision != head_revision():
+        url = connection.engine.url
+        found = revision or "no cadence-store schema"
+        raise SchemaOutOfDateError(
+            f"database is at {found}, head is {head_revision()}; run: {upgrade_command(url)}",
+            command=upgrade_command(url),
+        )
+
+
+def owned_tables_present(connection: Connection) -> set[str]:
+    return set(inspect(connection).get_table_names()) & set(OWNED_TABLES)
+
+
+def host_include_object(
+    object: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Pass as a host env.py's `include_object`: its autogenerate ignores cadence tables."""
+    if type_ == "table":
+        return name not in OWNED_TABLES and name != VERSION_TABLE
+    table = getattr(object, "table", None)
+    table_name = getattr(table, "name", None)
+    return table_name not in OWNED_TABLES and table_name != VERSION_TABLE

@@ -1,0 +1,105 @@
+"""`UnitOfWork`: one transaction, committed or rolled back as a whole.
+
+Entering begins a write transaction on its own connection (BEGIN IMMEDIATE on SQLite, so
+concurrent writers queue instead of failing halfway; row locks on PostgreSQL are taken by
+the repository). `uow.session` is an ordinary SQLAlchemy `Session` on that transaction:
+host rows added to it commit atomically with the journal rows. Leaving the block without
+an exception commits; an exception — or a failing commit — rolls everything back.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from .engine import begin_write
+from .errors import CadenceStoreError, StoreUnavailableError
+from .failures import translate_database_error
+from .repository import Clock, RunRepository
+
+
+class UnitOfWork:
+    def __init__(
+        self, engine: Engine, *, root_hash: str | None = None, clock: Clock | None = None
+    ) -> None:
+        self._engine = engine
+        self._root_hash = root_hash
+        self._clock = clock
+        self._connection: Connection | None = None
+        self._session: Session | None = None
+        self._runs: RunRepository | None = None
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise StoreUnavailableError("unit-of-work-not-active")
+        return self._session
+
+    @property
+    def runs(self) -> RunRepository:
+        if self._runs is None:
+            raise StoreUnavailableError("unit-of-work-not-active")
+        return self._runs
+
+    def __enter__(self) -> Self:
+        if self._connection is not None:
+            raise StoreUnavailableError("unit-of-work-not-reentrant")
+        try:
+            connection = self._engine.connect()
+        except DBAPIError as error:
+            raise translate_database_error(error) from error
+        try:
+            begin_write(connection)
+        except DBAPIError as error:
+            connection.close()
+            raise translate_database_error(error) from error
+        self._connection = connection
+        # The session joins the open transaction; only this object commits it.
+        self._session = Session(
+            bind=connection, join_transaction_mode="rollback_only", expire_on_commit=False
+        )
+        self._runs = RunRepository(self._session, root_hash=self._root_hash, clock=self._clock)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        connection, session = self._connection, self._session
+        assert connection is not None and session is not None
+        self._connection = self._session = self._runs = None
+        try:
+            if exc_type is None:
+                try:
+                    session.flush()
+                    connection.commit()
+                except Exception as error:
+                    _rollback_quietly(session, connection)
+                    if isinstance(error, DBAPIError):
+                        raise translate_database_error(error) from error
+                    raise
+            else:
+                _rollback_quietly(session, connection)
+                if isinstance(exc, DBAPIError) and not isinstance(exc, CadenceStoreError):
+                    raise translate_database_error(exc) from exc
+        finally:
+            session.close()
+            connection.close()
+
+
+def _rollback_quietly(session: Session, connection: Connection) -> None:
+    # The failure that got us here stays authoritative.
+    try:
+        session.rollback()
+    except Exception:
+        pass
+    try:
+        connection.rollback()
+    except Exception:
+        pass

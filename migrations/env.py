@@ -1,0 +1,88 @@
+"""Alembic environment of cadence-store.
+
+- The version table is `cadence_store_version`, so these migrations sit beside a host
+  application's own `alembic_version` history.
+- A connection passed in `config.attributes["connection"]` (what `cadence_store.upgrade`
+  does) is used as is: its owner holds the transaction, the lock and the adoption check.
+- A plain `alembic upgrade head` (URL from `-x url=...`, `CADENCE_STORE_URL` or
+  `sqlalchemy.url`) gets the same treatment through `cadence_store.schema`: one
+  transaction, adoption of cadence 1.x stores, and an engine that is disposed afterwards
+  because this file created it.
+- Logging is configured only when alembic's own command line runs with an ini file, never
+  when a host embeds these migrations.
+"""
+
+from __future__ import annotations
+
+import os
+from logging.config import fileConfig
+
+from alembic import context
+
+from cadence_store import models
+from cadence_store.engine import create_store_engine
+from cadence_store.schema import VERSION_TABLE, migration_transaction
+
+config = context.config
+
+
+def _include_object(object, name, type_, reflected, compare_to):  # noqa: A002
+    """Only cadence-store's own tables take part in comparisons."""
+    if type_ == "table":
+        return name in models.OWNED_TABLES
+    return True
+
+
+def _url() -> str:
+    url = (
+        context.get_x_argument(as_dictionary=True).get("url")
+        or os.environ.get("CADENCE_STORE_URL")
+        or config.get_main_option("sqlalchemy.url")
+    )
+    if not url:
+        raise SystemExit(
+            "cadence-store: no database URL; pass -x url=... or set CADENCE_STORE_URL"
+        )
+    return url
+
+
+def _configure(**options) -> None:
+    context.configure(
+        target_metadata=models.metadata,
+        version_table=VERSION_TABLE,
+        include_object=_include_object,
+        compare_type=True,
+        render_as_batch=True,
+        **options,
+    )
+
+
+def run_migrations_offline() -> None:
+    _configure(url=_url(), literal_binds=True, dialect_opts={"paramstyle": "named"})
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection=connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+        fileConfig(config.config_file_name, disable_existing_loggers=False)
+    engine = create_store_engine(_url())
+    try:
+        with migration_transaction(engine) as connection:
+            _configure(connection=connection)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,143 @@
+"""Shared pytest plumbing for the cadence-store test suite.
+
+Sections (add new fixtures to the matching section, or a new one at the end):
+
+1. Command-line options and markers  (--slow)
+2. PostgreSQL                        (postgres_url, pg_database_url)
+3. SQLite                            (sqlite_database_url)
+4. Both engines                      (database_url: every test taking it runs on
+                                      "sqlite" and "postgresql")
+
+PostgreSQL comes from a private throwaway cluster (tests/pg_cluster.py), started
+once per test session (once per xdist worker) and only if a test asks for it.
+Set CADENCE_TEST_PG_URL to use an existing server instead.  Without PostgreSQL
+binaries the postgres tests are skipped locally, but FAIL when CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+_TESTS_DIR = Path(__file__).resolve().parent
+if str(_TESTS_DIR) not in sys.path:  # also works under --import-mode=importlib
+    sys.path.insert(0, str(_TESTS_DIR))
+
+from pg_cluster import pg_available, throwaway_cluster  # noqa: E402
+
+# --------------------------------------------------------------------------
+# 1. Command-line options and markers
+#    (markers `postgres` and `slow` are declared in pyproject.toml)
+# --------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        default=False,
+        help="also run tests marked 'slow' (crash and fuzz campaigns)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--slow"):
+        return
+    skip_slow = pytest.mark.skip(reason="slow test: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)
+
+
+# --------------------------------------------------------------------------
+# 2. PostgreSQL
+# --------------------------------------------------------------------------
+
+
+def _running_under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1"}
+
+
+def _psycopg_url(url: str) -> str:
+    """Force the psycopg 3 driver (a bare postgresql:// would mean psycopg2)."""
+    parsed = make_url(url)
+    if parsed.drivername in {"postgresql", "postgres"}:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """SQLAlchemy URL of the session's PostgreSQL server (database cadence_test).
+
+    Prefer ``pg_database_url`` in tests: it gives each test its own database.
+    """
+    external = os.environ.get("CADENCE_TEST_PG_URL")
+    if external:
+        yield _psycopg_url(external)
+        return
+    ok, reason = pg_available()
+    if not ok:
+        if _running_under_ci():
+            pytest.fail(f"PostgreSQL is required under CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    with throwaway_cluster() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def _pg_admin_engine(postgres_url: str) -> Iterator[Engine]:
+    """AUTOCOMMIT engine on the ``postgres`` maintenance database."""
+    admin_url = make_url(postgres_url).set(database="postgres")
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_size=1)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_database_url(postgres_url: str, _pg_admin_engine: Engine) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped (WITH FORCE) after the test."""
+    name = f"t_{secrets.token_hex(8)}"
+    with _pg_admin_engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with _pg_admin_engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+# --------------------------------------------------------------------------
+# 3. SQLite
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_database_url(tmp_path: Path) -> str:
+    """URL of a fresh SQLite database file in the test's tmp_path."""
+    return f"sqlite:///{tmp_path}/store.sqlite3"
+
+
+# --------------------------------------------------------------------------
+# 4. Both engines: one behavioural suite, two engines
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Fresh database URL; tests using it run once per engine (ids sqlite/postgresql)."""
+    fixture = {"sqlite": "sqlite_database_url", "postgresql": "pg_database_url"}[request.param]
+    url: str = request.getfixturevalue(fixture)
+    return url
