@@ -104,7 +104,9 @@ class SchemaOutOfDateError(CadenceStoreError):
 
     default_code = "run-store-upgrade-required"
 
-    def __init__(self, detail: str | None = None, *, command: str = "cadence-store upgrade") -> None:
+    def __init__(
+        self, detail: str | None = None, *, command: str = "cadence-store upgrade"
+    ) -> None:
         super().__init__(self.default_code, detail)
         self.command = command
 

@@ -94,7 +94,9 @@ LEGACY_TABLES: Final = (
 )
 
 # Names whose presence marks a database as (once) a cadence run store.
-CADENCE_TABLE_NAMES: Final = frozenset({"runs", "events", "operations", "delivery_bindings", "schema_meta"})
+CADENCE_TABLE_NAMES: Final = frozenset(
+    {"runs", "events", "operations", "delivery_bindings", "schema_meta"}
+)
 
 # The Alembic revision a recognised cadence 1.x store is stamped at.
 REVISION_FOR_VERSION: Final[dict[int | None, str]] = {
@@ -131,7 +133,9 @@ def describe_table(query: Query, table: str) -> TableShape:
         fields = query(f"PRAGMA index_xinfo({_quote(str(name))})", ())
         # index_xinfo: seqno, cid, name, desc, coll, key
         keyed = [
-            {"name": field[2], "coll": field[4], "desc": field[3]} for field in fields if field[5] == 1
+            {"name": field[2], "coll": field[4], "desc": field[3]}
+            for field in fields
+            if field[5] == 1
         ]
         unique_keys.append(canonical_json({"partial": partial, "fields": keyed}))
     strict_rows = query(
@@ -195,7 +199,9 @@ def matches_schema(query: Query, schema: str) -> bool:
 
 
 def table_names(query: Query) -> set[str]:
-    rows = query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", ())
+    rows = query(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", ()
+    )
     return {str(row[0]) for row in rows}
 
 

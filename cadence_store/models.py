@@ -11,7 +11,7 @@ These models are the single source of truth the migrations must match
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -122,9 +123,10 @@ class OperationRow(Base):
 
 
 metadata: Final = Base.metadata
-runs: Final = Run.__table__
-delivery_bindings: Final = DeliveryBindingRow.__table__
-events: Final = EventRow.__table__
-operations: Final = OperationRow.__table__
+# Core tables for the hot path (statements on the session's connection, no ORM state).
+runs: Final = cast(Table, Run.__table__)
+delivery_bindings: Final = cast(Table, DeliveryBindingRow.__table__)
+events: Final = cast(Table, EventRow.__table__)
+operations: Final = cast(Table, OperationRow.__table__)
 
 OWNED_TABLES: Final = frozenset({"runs", "events", "operations", "delivery_bindings"})

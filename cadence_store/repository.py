@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import Connection, Row, and_, func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -63,7 +63,6 @@ from .journal.validation import (
     coerce_lease,
     coerce_optional_lease,
     lookup_keys,
-    require_callable,
     require_change,
     require_delivery,
     require_operation_id,
@@ -201,7 +200,7 @@ class RunRepository:
 
     def _operation(
         self, connection: Connection, run_id: str, operation_id: str, *, lock: bool = False
-    ) -> Row[Any] | None:
+    ) -> Any:
         statement = select(
             operations.c.kind,
             operations.c.state,
@@ -303,7 +302,9 @@ class RunRepository:
         root_hash = self._require_root()
         connection = self._write_connection()
         scope = f"{root_hash}\x00{stage}\x00"
-        self._advisory_locks(connection, [scope + key for key in keys] + [scope + "op:" + operation_id])
+        self._advisory_locks(
+            connection, [scope + key for key in keys] + [scope + "op:" + operation_id]
+        )
 
         receipts = connection.execute(
             select(
@@ -339,14 +340,18 @@ class RunRepository:
                 raise JournalIntegrityError("operation-outcome-invalid")
             return _projection(document)
 
-        existing: Row[Any] | None = None
+        existing: Any = None
         for key in keys:
             candidate = connection.execute(
                 select(runs.c.run_id, runs.c.projection_json).where(
                     runs.c.root_hash == root_hash, runs.c.stage == stage, runs.c.lookup_key == key
                 )
             ).first()
-            if candidate is not None and existing is not None and candidate.run_id != existing.run_id:
+            if (
+                candidate is not None
+                and existing is not None
+                and candidate.run_id != existing.run_id
+            ):
                 raise OperationConflictError("run-lookup-conflict")
             existing = existing or candidate
         if existing is not None:
@@ -359,7 +364,9 @@ class RunRepository:
                     .values(lookup_key=f"terminal:{existing.run_id}")
                 )
             else:
-                self._record(connection, existing.run_id, operation_id, START, existing.projection_json)
+                self._record(
+                    connection, existing.run_id, operation_id, START, existing.projection_json
+                )
                 return _projection(document)
 
         run_id = str(uuid.uuid4())
@@ -369,9 +376,9 @@ class RunRepository:
         if provisional_key is not None:
             payload["provisionalKey"] = provisional_key
         event = create_event(1, "run-created", payload, ZERO_EVENT_HASH)
-        document = apply_event(None, 1, event.type, event.payload, event.hash)
-        assert document is not None
-        projection_json = js_stringify(document)
+        created = apply_event(None, 1, event.type, event.payload, event.hash)
+        assert created is not None
+        projection_json = js_stringify(created)
         connection.execute(
             runs.insert().values(
                 run_id=run_id,
@@ -380,7 +387,7 @@ class RunRepository:
                 lookup_key=keys[0],
                 change_name=change,
                 provisional_key=provisional_key,
-                state=document["state"],
+                state=created["state"],
                 sequence=1,
                 event_hash=event.hash,
                 projection_json=projection_json,
@@ -397,7 +404,7 @@ class RunRepository:
             )
         )
         self._record(connection, run_id, operation_id, START, projection_json)
-        return _projection(document)
+        return _projection(created)
 
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         require_operation_id(operation_id)
@@ -445,7 +452,7 @@ class RunRepository:
         approval_proof: object,
         lease: object,
     ) -> BindDelivery:
-        require_operation_id(operation_id)
+        checked_operation = require_operation_id(operation_id)
         gate_, revision_, receipt_ = require_delivery(gate, revision, receipt_hash)
         proof = coerce_approval_proof(approval_proof)
         checked_lease = coerce_optional_lease(lease)
@@ -454,7 +461,7 @@ class RunRepository:
             gate=gate_,
             revision=revision_,
             receipt_hash=receipt_,
-            operation_id=operation_id,
+            operation_id=checked_operation,
             approval_proof=proof,
             lease=checked_lease,
         )
@@ -493,7 +500,11 @@ class RunRepository:
             if tuple(existing) != wanted:
                 raise OperationConflictError("delivery-revision-conflict")
             self._record(
-                connection, request.run_id, request.operation_id, DELIVERY_BOUND, head.projection_json
+                connection,
+                request.run_id,
+                request.operation_id,
+                DELIVERY_BOUND,
+                head.projection_json,
             )
             return _projection(_parse_document(head.projection_json))
         connection.execute(
@@ -520,7 +531,9 @@ class RunRepository:
                 "recordHash": proof.record_hash,
             }
         document, projection_json = self._append(connection, head, DELIVERY_BOUND, payload)
-        self._record(connection, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
+        self._record(
+            connection, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json
+        )
         return _projection(document)
 
     def bind_delivery(
@@ -551,8 +564,19 @@ class RunRepository:
                 fields = item
             else:
                 raise InvalidInputError("invalid-delivery-binding")
-            known = {"run_id", "runId", "gate", "revision", "receipt_hash", "receiptHash",
-                     "operation_id", "operationId", "approval_proof", "approvalProof", "lease"}
+            known = {
+                "run_id",
+                "runId",
+                "gate",
+                "revision",
+                "receipt_hash",
+                "receiptHash",
+                "operation_id",
+                "operationId",
+                "approval_proof",
+                "approvalProof",
+                "lease",
+            }
             if set(fields) - known:
                 raise InvalidInputError("invalid-delivery-binding")
             requests.append(
@@ -625,7 +649,7 @@ class RunRepository:
 
     # -- leases ------------------------------------------------------------------------
 
-    def _assert_live(self, connection: Connection, lease: OperationLease) -> Row[Any]:
+    def _assert_live(self, connection: Connection, lease: OperationLease) -> Any:
         row = self._operation(connection, lease.run_id, lease.operation_id, lock=True)
         if (
             row is None
@@ -764,7 +788,11 @@ class RunRepository:
         if row is None:
             return None
         now = self._now()
-        if row.state == "running" and row.lease_expires_at is not None and row.lease_expires_at < now:
+        if (
+            row.state == "running"
+            and row.lease_expires_at is not None
+            and row.lease_expires_at < now
+        ):
             connection.execute(
                 update(operations)
                 .where(
@@ -806,7 +834,7 @@ class RunRepository:
         head = self._require_head(self._connection(), run_id, lock=False)
         return _projection(_parse_document(head.projection_json))
 
-    def iter_event_rows(self, run_id: str) -> Iterator[Row[Any]]:
+    def iter_event_rows(self, run_id: str) -> Iterator[Any]:
         """The run's event rows in sequence order, fetched in batches (never all at once)."""
         connection = self._connection()
         result = connection.execution_options(stream_results=True, yield_per=EVENT_BATCH).execute(
@@ -846,7 +874,11 @@ class RunRepository:
         try:
             for row in self.iter_event_rows(run_id):
                 verifier.feed(
-                    row.sequence, row.type, _event_payload(row, run_id), row.event_hash, row.prior_hash
+                    row.sequence,
+                    row.type,
+                    _event_payload(row, run_id),
+                    row.event_hash,
+                    row.prior_hash,
                 )
             return verifier.result()
         except JournalIntegrityError as error:
@@ -908,15 +940,21 @@ class RunRepository:
         return _projection(rebuilt)
 
     def run_ids(self) -> list[str]:
-        return [r.run_id for r in self._connection().execute(select(runs.c.run_id).order_by(runs.c.run_id))]
+        return [
+            r.run_id
+            for r in self._connection().execute(select(runs.c.run_id).order_by(runs.c.run_id))
+        ]
 
 
-def _event_payload(row: Row[Any], run_id: str) -> Any:
+def _event_payload(row: Any, run_id: str) -> Any:
     try:
         return json.loads(row.payload_json)
     except (TypeError, ValueError):
         raise JournalIntegrityError(
-            "event-integrity-hash-chain", "payload is not JSON", run_id=run_id, sequence=row.sequence
+            "event-integrity-hash-chain",
+            "payload is not JSON",
+            run_id=run_id,
+            sequence=row.sequence,
         ) from None
 
 
@@ -925,9 +963,13 @@ def first_difference(expected: Document, actual: Document) -> tuple[str, Any, An
     if js_stringify(expected) == js_stringify(actual):
         return None
     for key in dict.fromkeys([*expected, *actual]):
-        if key not in actual or key not in expected or js_stringify(expected[key]) != js_stringify(actual[key]):
+        if (
+            key not in actual
+            or key not in expected
+            or js_stringify(expected[key]) != js_stringify(actual[key])
+        ):
             return key, expected.get(key), actual.get(key)
     return "(key order)", list(expected), list(actual)
 
 
-__all__ = ["Clock", "RunRepository", "and_", "first_difference", "require_callable", "system_clock"]
+__all__ = ["Clock", "RunRepository", "first_difference", "system_clock"]

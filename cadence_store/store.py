@@ -16,19 +16,26 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .engine import create_store_engine, enable_wal, is_sqlite
-from .errors import StoreBusyError, StoreUnavailableError
+from .errors import StoreBusyError, StoreFormatError, StoreUnavailableError
 from .failures import is_retryable, translate_database_error
 from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
 from .journal.validation import require_callable, require_root_hash
 from .journal.values import ApprovalProof, BindDelivery
+from .legacy import CADENCE_TABLE_NAMES
 from .repository import Clock, RunRepository
-from .schema import assert_at_head
+from .schema import VERSION_TABLE, assert_at_head, upgrade
+from .state_root import (
+    StateRoot,
+    create_database_file,
+    prepare_state_root,
+    secure_database_files,
+)
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -54,6 +61,7 @@ class RunStore:
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)
         )
         self._closed = False
+        self.state_root: StateRoot | None = None
         try:
             with self.engine.connect() as connection:
                 assert_at_head(connection)
@@ -66,6 +74,48 @@ class RunStore:
         except BaseException:
             self._dispose()
             raise
+
+    @classmethod
+    def open(cls, root: StateRoot, *, clock: Clock | None = None) -> RunStore:
+        """The owner-private embedded store of a state root, as cadence 1.x opened it.
+
+        Creates the root's directories (0700) and database file (0600), upgrades that
+        file (adopting a cadence 1.x store), refuses a private store holding tables it
+        does not recognise, keeps `-wal`/`-shm` 0600, and recovers expired leases.
+        """
+        prepared = prepare_state_root(root)
+        create_database_file(prepared.database_path)
+        secure_database_files(prepared.database_path)
+        engine = create_store_engine(prepared.database_url)
+        try:
+            with engine.connect() as connection:
+                tables = set(inspect(connection).get_table_names())
+                connection.rollback()
+            # A private file is the store's alone: tables that are neither cadence 1.x's
+            # nor ours mean it is something else (cadence 1.x refused it too).
+            if tables and not tables & (CADENCE_TABLE_NAMES | {VERSION_TABLE}):
+                raise StoreFormatError(
+                    prepared.database_path, f"unrecognised tables: {sorted(tables)}"
+                )
+            upgrade(engine)
+        except StoreFormatError as error:
+            engine.dispose()
+            error.database_path = prepared.database_path
+            raise
+        except BaseException:
+            engine.dispose()
+            raise
+        engine.dispose()
+        store = cls(prepared.database_url, root_hash=prepared.consumer_root_hash, clock=clock)
+        store.state_root = prepared
+        try:
+            secure_database_files(prepared.database_path)
+            store.recover_expired_leases()
+            secure_database_files(prepared.database_path)
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -85,6 +135,8 @@ class RunStore:
             except DBAPIError:
                 pass  # checkpointing is housekeeping; the data is already durable
         self._dispose()
+        if self.state_root is not None:
+            secure_database_files(self.state_root.database_path)
 
     def __enter__(self) -> Self:
         return self
@@ -119,7 +171,7 @@ class RunStore:
                 cause = error.__cause__
                 if attempt == MAX_ATTEMPTS or not is_retryable(cause or error):
                     raise
-                time.sleep(random.uniform(0, 0.002 * 2**attempt))  # noqa: S311 (jitter)
+                time.sleep(random.uniform(0, 0.002 * 2**attempt))
         raise AssertionError("unreachable")
 
     @contextmanager
@@ -220,7 +272,11 @@ class RunStore:
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: Write
     ) -> RunProjection:
         """Several bindings of one run (one lease), and `write(session)`, in one transaction."""
-        items = list(inputs) if isinstance(inputs, Iterable) and not isinstance(inputs, str | bytes | Mapping) else inputs
+        items = (
+            list(inputs)
+            if isinstance(inputs, Iterable) and not isinstance(inputs, str | bytes | Mapping)
+            else inputs
+        )
 
         def work(runs: RunRepository) -> RunProjection:
             requests = runs.check_deliveries(items)
@@ -241,7 +297,9 @@ class RunStore:
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
         return self._write(
-            lambda runs: runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
+            lambda runs: runs.transition(
+                run_id, to, operation_id=operation_id, code=code, lease=lease
+            )
         )
 
     def transition_atomically(
@@ -258,7 +316,9 @@ class RunStore:
         require_callable(write, "state-transition-write-invalid")
 
         def work(runs: RunRepository) -> RunProjection:
-            projection = runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
+            projection = runs.transition(
+                run_id, to, operation_id=operation_id, code=code, lease=lease
+            )
             write(runs.session)
             return projection
 

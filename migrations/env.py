@@ -26,7 +26,7 @@ from cadence_store.schema import VERSION_TABLE, migration_transaction
 config = context.config
 
 
-def _include_object(object, name, type_, reflected, compare_to):  # noqa: A002
+def _include_object(object, name, type_, reflected, compare_to):
     """Only cadence-store's own tables take part in comparisons."""
     if type_ == "table":
         return name in models.OWNED_TABLES
@@ -40,9 +40,7 @@ def _url() -> str:
         or config.get_main_option("sqlalchemy.url")
     )
     if not url:
-        raise SystemExit(
-            "cadence-store: no database URL; pass -x url=... or set CADENCE_STORE_URL"
-        )
+        raise SystemExit("cadence-store: no database URL; pass -x url=... or set CADENCE_STORE_URL")
     return url
 
 

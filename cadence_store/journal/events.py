@@ -28,9 +28,7 @@ def hash_event(sequence: int, type_: str, payload: Mapping[str, Any], prior_hash
     return hashlib.sha256(canonical_json(unsigned).encode("utf-8")).hexdigest()
 
 
-def create_event(
-    sequence: int, type: str, payload: Mapping[str, Any], prior_hash: str
-) -> RunEvent:
+def create_event(sequence: int, type: str, payload: Mapping[str, Any], prior_hash: str) -> RunEvent:
     """A new signed event (cadence 1.x `createRunEvent`)."""
     if (
         not is_safe_integer(sequence)

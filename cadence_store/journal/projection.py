@@ -91,7 +91,7 @@ def _delivery_bound(projection: Document | None, payload: Mapping[str, Any]) -> 
         raise JournalIntegrityError("event-integrity-delivery-binding")
     binding: Document = {"gate": gate, "revision": revision, "receiptHash": receipt_hash}
     if proof:
-        binding["approvalProof"] = dict(proof)  # type: ignore[call-overload]
+        binding["approvalProof"] = dict(proof)
     bindings: list[Document] = projection["deliveryBindings"]
     existing = next(
         (b for b in bindings if b["gate"] == gate and b["revision"] == revision),
@@ -178,7 +178,9 @@ class ChainVerifier:
         self.prior_hash = ZERO_EVENT_HASH
         self.count = 0
 
-    def feed(self, sequence: int, type_: str, payload: Mapping[str, Any], hash_: str, prior_hash: str) -> None:
+    def feed(
+        self, sequence: int, type_: str, payload: Mapping[str, Any], hash_: str, prior_hash: str
+    ) -> None:
         if (
             sequence != self.count + 1
             or isinstance(sequence, bool)
@@ -218,7 +220,7 @@ def reduce_documents(events: Iterable[RunEvent | Mapping[str, Any]]) -> Document
                 event.get("type"),  # type: ignore[arg-type]
                 event.get("payload") or {},
                 event.get("hash"),  # type: ignore[arg-type]
-                event.get("priorHash", event.get("prior_hash")),  # type: ignore[arg-type]
+                event.get("priorHash", event.get("prior_hash")),
             )
     return verifier.result()
 

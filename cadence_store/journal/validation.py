@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -70,10 +70,19 @@ def require_stage(value: object) -> str:
     return value
 
 
+def as_safe_integer(value: object) -> int | None:
+    """The value as an int when it is a JavaScript safe integer, else None."""
+    if is_safe_integer(value):
+        assert isinstance(value, int | float)
+        return int(value)
+    return None
+
+
 def require_ttl(value: object) -> int:
-    if not is_safe_integer(value) or int(value) < 1:  # type: ignore[call-overload]
+    ttl = as_safe_integer(value)
+    if ttl is None or ttl < 1:
         raise InvalidInputError("invalid-lease-ttl")
-    return int(value)  # type: ignore[call-overload]
+    return ttl
 
 
 def lookup_keys(
@@ -94,14 +103,13 @@ def lookup_keys(
     if not is_sha256(provisional_key):
         raise InvalidInputError("invalid-provisional-key")
     aliases: list[str] = []
-    if provisional_aliases is not None:
-        if (
-            isinstance(provisional_aliases, str | bytes | Mapping)
-            or not hasattr(provisional_aliases, "__iter__")
-            or len(aliases := list(provisional_aliases)) > MAX_PROVISIONAL_ALIASES
-            or not all(is_sha256(alias) for alias in aliases)
-        ):
-            raise InvalidInputError("invalid-provisional-key")
+    if provisional_aliases is not None and (
+        isinstance(provisional_aliases, str | bytes | Mapping)
+        or not isinstance(provisional_aliases, Iterable)
+        or len(aliases := list(provisional_aliases)) > MAX_PROVISIONAL_ALIASES
+        or not all(is_sha256(alias) for alias in aliases)
+    ):
+        raise InvalidInputError("invalid-provisional-key")
     if stage != "abel-design":
         raise InvalidInputError("provisional-run-requires-design")
     unique = dict.fromkeys([str(provisional_key), *aliases])
@@ -144,12 +152,10 @@ def coerce_optional_lease(value: object) -> OperationLease | None:
 
 
 def require_delivery(gate: object, revision: object, receipt_hash: object) -> tuple[str, int, str]:
-    if gate not in DELIVERY_GATES or not is_safe_integer(revision) or not is_sha256(receipt_hash):
+    number = as_safe_integer(revision)
+    if gate not in DELIVERY_GATES or number is None or number < 1 or not is_sha256(receipt_hash):
         raise InvalidInputError("invalid-delivery-binding")
     assert isinstance(gate, str) and isinstance(receipt_hash, str)
-    number = int(revision)  # type: ignore[call-overload]
-    if number < 1:
-        raise InvalidInputError("invalid-delivery-binding")
     return gate, number, receipt_hash
 
 
