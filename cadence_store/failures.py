@@ -8,7 +8,7 @@ constraint or trigger; nothing of the call was kept).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy.exc import DBAPIError
 
@@ -22,28 +22,42 @@ RETRYABLE_SQLSTATES: Final = frozenset({"40001", "40P01", "23505", "55P03"})
 _PG_UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "58", "25006", "XX")
 
 
-def _sqlite_code(error: DBAPIError) -> int | None:
-    code = getattr(error.orig, "sqlite_errorcode", None)
+def _driver_error(error: BaseException) -> BaseException:
+    """The DB-API exception itself (SQLAlchemy wraps it; the hot path raises it bare)."""
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        return error.orig
+    return error
+
+
+def is_database_error(error: BaseException, dbapi: Any) -> bool:
+    return isinstance(error, DBAPIError) or (dbapi is not None and isinstance(error, dbapi.Error))
+
+
+def _sqlite_code(error: BaseException) -> int | None:
+    code = getattr(_driver_error(error), "sqlite_errorcode", None)
     return None if code is None else int(code) & 0xFF
 
 
-def sqlstate(error: DBAPIError) -> str | None:
-    state = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+def sqlstate(error: BaseException) -> str | None:
+    orig = _driver_error(error)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     return None if state is None else str(state)
 
 
-def is_retryable(error: BaseException) -> bool:
+def is_retryable(error: BaseException | None) -> bool:
     """A PostgreSQL serialization failure, deadlock or lost insert race."""
-    return isinstance(error, DBAPIError) and sqlstate(error) in RETRYABLE_SQLSTATES
+    return error is not None and sqlstate(error) in RETRYABLE_SQLSTATES
 
 
-def translate_database_error(error: DBAPIError) -> CadenceStoreError:
-    detail = f"{type(error.orig).__name__}: {error.orig}"
+def translate_database_error(error: BaseException) -> CadenceStoreError:
+    orig = _driver_error(error)
+    detail = f"{type(orig).__name__}: {orig}"
     code = _sqlite_code(error)
     state = sqlstate(error)
+    invalidated = isinstance(error, DBAPIError) and error.connection_invalidated
     if code in _SQLITE_BUSY or state in RETRYABLE_SQLSTATES:
         return StoreBusyError("run-store-busy", detail)
-    if code in _SQLITE_UNAVAILABLE or error.connection_invalidated:
+    if code in _SQLITE_UNAVAILABLE or invalidated:
         return StoreUnavailableError("run-store-unavailable", detail)
     if state is not None and state.startswith(_PG_UNAVAILABLE_CLASSES):
         return StoreUnavailableError("run-store-unavailable", detail)

@@ -28,11 +28,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from sqlalchemy import Connection, func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from .engine import begins_immediate, is_postgresql, is_sqlite
@@ -54,7 +51,7 @@ from .journal import (
     RunEvent,
     RunProjection,
     apply_event,
-    create_event,
+    hash_event,
     js_stringify,
 )
 from .journal.canonical import JsonValueError
@@ -73,7 +70,7 @@ from .journal.validation import (
     require_ttl,
 )
 from .journal.values import ApprovalProof, BindDelivery
-from .models import delivery_bindings, events, operations, runs
+from .sql import EVENTS_OF_RUN, Statements
 
 Clock = Callable[[], int]
 Document = dict[str, Any]
@@ -117,6 +114,31 @@ def _bool_option(value: object, code: str) -> bool:
     return value
 
 
+_DELIVERY_FIELDS: Final = frozenset(
+    {
+        "run_id",
+        "runId",
+        "gate",
+        "revision",
+        "receipt_hash",
+        "receiptHash",
+        "operation_id",
+        "operationId",
+        "approval_proof",
+        "approvalProof",
+        "lease",
+    }
+)
+
+
+class _Operation(NamedTuple):
+    kind: str
+    state: str
+    outcome_json: str | None
+    lease_token: str | None
+    lease_expires_at: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class _RunHead:
     run_id: str
@@ -144,11 +166,8 @@ class RunRepository:
 
     # -- connections and locks -------------------------------------------------------
 
-    def _connection(self) -> Connection:
-        return self.session.connection()
-
-    def _write_connection(self) -> Connection:
-        """The session's connection, in a transaction fit for writing.
+    def _write_statements(self) -> Statements:
+        """Statements on the session's connection, in a transaction fit for writing.
 
         On SQLite a transaction that has not touched the database yet is begun IMMEDIATE
         here (unless the engine already does so), so that a concurrent writer waits
@@ -159,7 +178,10 @@ class RunRepository:
             raw = connection.connection.dbapi_connection
             if raw is not None and not getattr(raw, "in_transaction", True):
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
-        return connection
+        return Statements(connection)
+
+    def _read_statements(self) -> Statements:
+        return Statements(self.session.connection())
 
     def _now(self) -> int:
         now = self._clock()
@@ -172,84 +194,60 @@ class RunRepository:
             raise InvalidInputError("invalid-root-hash")
         return self.root_hash
 
-    @staticmethod
-    def _advisory_locks(connection: Connection, keys: Iterable[str]) -> None:
-        if is_postgresql(connection):
+    def _advisory_locks(self, sql: Statements, keys: Iterable[str]) -> None:
+        if is_postgresql(self.session.connection()):
             for key in sorted(set(keys)):
-                connection.execute(select(func.pg_advisory_xact_lock(_advisory_key(key))))
+                sql.one("advisory_lock", key=_advisory_key(key))
 
-    def _head(self, connection: Connection, run_id: str, *, lock: bool) -> _RunHead | None:
-        statement = select(
-            runs.c.run_id,
-            runs.c.root_hash,
-            runs.c.stage,
-            runs.c.projection_json,
-            runs.c.sequence,
-            runs.c.event_hash,
-        ).where(runs.c.run_id == run_id)
-        if lock:
-            statement = statement.with_for_update()
-        row = connection.execute(statement).first()
+    @staticmethod
+    def _head(sql: Statements, run_id: str, *, lock: bool) -> _RunHead | None:
+        row = sql.one("head_for_update" if lock else "head", run_id=run_id)
         return None if row is None else _RunHead(*row)
 
-    def _require_head(self, connection: Connection, run_id: str, *, lock: bool) -> _RunHead:
-        head = self._head(connection, run_id, lock=lock)
+    def _require_head(self, sql: Statements, run_id: str, *, lock: bool) -> _RunHead:
+        head = self._head(sql, run_id, lock=lock)
         if head is None:
             raise RunNotFoundError("run-not-found")
         return head
 
+    @staticmethod
     def _operation(
-        self, connection: Connection, run_id: str, operation_id: str, *, lock: bool = False
-    ) -> Any:
-        statement = select(
-            operations.c.kind,
-            operations.c.state,
-            operations.c.outcome_json,
-            operations.c.lease_token,
-            operations.c.lease_expires_at,
-        ).where(operations.c.run_id == run_id, operations.c.operation_id == operation_id)
-        if lock:
-            statement = statement.with_for_update()
-        return connection.execute(statement).first()
+        sql: Statements, run_id: str, operation_id: str, *, lock: bool = False
+    ) -> _Operation | None:
+        row = sql.one(
+            "operation_for_update" if lock else "operation",
+            run_id=run_id,
+            operation_id=operation_id,
+        )
+        return None if row is None else _Operation(*row)
 
     # -- receipts ----------------------------------------------------------------------
 
     def _replay(
-        self, connection: Connection, run_id: str, operation_id: str, kind: str
+        self, sql: Statements, run_id: str, operation_id: str, kind: str
     ) -> RunProjection | None:
-        row = self._operation(connection, run_id, operation_id)
+        row = self._operation(sql, run_id, operation_id)
         if row is not None and row.kind != kind:
             raise OperationConflictError("operation-id-conflict")
         if row is None or row.state != "committed" or row.outcome_json is None:
             return None
         return _projection(_parse_document(row.outcome_json))
 
-    def _record(
-        self, connection: Connection, run_id: str, operation_id: str, kind: str, outcome: str
-    ) -> None:
-        insert = pg_insert if is_postgresql(connection) else sqlite_insert
-        statement = insert(operations).values(
+    @staticmethod
+    def _record(sql: Statements, run_id: str, operation_id: str, kind: str, outcome: str) -> None:
+        sql.write(
+            "upsert_receipt",
             run_id=run_id,
             operation_id=operation_id,
             kind=kind,
-            state="committed",
             outcome_json=outcome,
         )
-        statement = statement.on_conflict_do_update(
-            index_elements=[operations.c.run_id, operations.c.operation_id],
-            set_={
-                "state": "committed",
-                "outcome_json": statement.excluded.outcome_json,
-                "lease_token": None,
-                "lease_expires_at": None,
-            },
-        )
-        connection.execute(statement)
 
     # -- the chain ---------------------------------------------------------------------
 
+    @staticmethod
     def _append(
-        self, connection: Connection, head: _RunHead, type_: str, payload: Document
+        sql: Statements, head: _RunHead, type_: str, payload: Document
     ) -> tuple[Document, str]:
         """Append one event to a locked run: O(1), the stored projection is the base."""
         current = _parse_document(head.projection_json)
@@ -257,31 +255,29 @@ class RunRepository:
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
-        event = create_event(head.sequence + 1, type_, payload, head.event_hash)
-        document = apply_event(current, event.sequence, type_, event.payload, event.hash)
+        sequence = head.sequence + 1
+        event_hash = hash_event(sequence, type_, payload, head.event_hash)
+        document = apply_event(current, sequence, type_, payload, event_hash)
         assert document is not None
         projection_json = js_stringify(document)
-        connection.execute(
-            events.insert().values(
-                run_id=head.run_id,
-                sequence=event.sequence,
-                type=type_,
-                payload_json=js_stringify(event.payload),
-                prior_hash=event.prior_hash,
-                event_hash=event.hash,
-            )
+        sql.write(
+            "insert_event",
+            run_id=head.run_id,
+            sequence=sequence,
+            type=type_,
+            payload_json=js_stringify(payload),
+            prior_hash=head.event_hash,
+            event_hash=event_hash,
         )
-        connection.execute(
-            update(runs)
-            .where(runs.c.run_id == head.run_id)
-            .values(
-                state=document["state"],
-                sequence=event.sequence,
-                event_hash=event.hash,
-                delivery_revision=document.get("deliveryRevision"),
-                projection_json=projection_json,
-                terminal_tombstone=document.get("terminal"),
-            )
+        sql.write(
+            "advance_run",
+            run_id=head.run_id,
+            state=document["state"],
+            sequence=sequence,
+            event_hash=event_hash,
+            delivery_revision=document.get("deliveryRevision"),
+            projection_json=projection_json,
+            terminal_tombstone=document.get("terminal"),
         )
         return document, projection_json
 
@@ -300,73 +296,44 @@ class RunRepository:
         require_stage(stage)
         keys = lookup_keys(stage, change, provisional_key, provisional_aliases)
         root_hash = self._require_root()
-        connection = self._write_connection()
+        sql = self._write_statements()
         scope = f"{root_hash}\x00{stage}\x00"
-        self._advisory_locks(
-            connection, [scope + key for key in keys] + [scope + "op:" + operation_id]
-        )
+        self._advisory_locks(sql, [scope + key for key in keys] + [f"{scope}op:{operation_id}"])
 
-        receipts = connection.execute(
-            select(
-                operations.c.run_id,
-                operations.c.kind,
-                operations.c.state,
-                operations.c.outcome_json,
-                runs.c.lookup_key,
-            )
-            .join(runs, runs.c.run_id == operations.c.run_id)
-            .where(
-                runs.c.root_hash == root_hash,
-                runs.c.stage == stage,
-                operations.c.operation_id == operation_id,
-            )
-        ).all()
+        receipts = sql.all(
+            "start_receipts", root_hash=root_hash, stage=stage, operation_id=operation_id
+        )
         if receipts:
+            # (run_id, kind, state, outcome_json, lookup_key)
             replay = next(
                 (
                     r
                     for r in receipts
-                    if r.kind == START
-                    and r.state == "committed"
-                    and r.outcome_json is not None
-                    and r.lookup_key in keys
+                    if r[1] == START and r[2] == "committed" and r[3] is not None and r[4] in keys
                 ),
                 None,
             )
             if len(receipts) != 1 or replay is None:
                 raise OperationConflictError("operation-id-conflict")
-            document = _parse_document(replay.outcome_json, "operation-outcome-invalid")
-            if document["runId"] != replay.run_id:
+            document = _parse_document(replay[3], "operation-outcome-invalid")
+            if document["runId"] != replay[0]:
                 raise JournalIntegrityError("operation-outcome-invalid")
             return _projection(document)
 
-        existing: Any = None
+        existing: tuple[Any, ...] | None = None
         for key in keys:
-            candidate = connection.execute(
-                select(runs.c.run_id, runs.c.projection_json).where(
-                    runs.c.root_hash == root_hash, runs.c.stage == stage, runs.c.lookup_key == key
-                )
-            ).first()
-            if (
-                candidate is not None
-                and existing is not None
-                and candidate.run_id != existing.run_id
-            ):
+            candidate = sql.one("run_by_key", root_hash=root_hash, stage=stage, lookup_key=key)
+            if candidate is not None and existing is not None and candidate[0] != existing[0]:
                 raise OperationConflictError("run-lookup-conflict")
             existing = existing or candidate
         if existing is not None:
-            document = _parse_document(existing.projection_json)
+            existing_id, existing_json = existing
+            document = _parse_document(existing_json)
             if stage == "abel-design" and document.get("state") in TERMINAL_STATES:
                 # a finished design run gives its key up to a new run
-                connection.execute(
-                    update(runs)
-                    .where(runs.c.run_id == existing.run_id)
-                    .values(lookup_key=f"terminal:{existing.run_id}")
-                )
+                sql.write("rekey_run", run_id=existing_id, lookup_key=f"terminal:{existing_id}")
             else:
-                self._record(
-                    connection, existing.run_id, operation_id, START, existing.projection_json
-                )
+                self._record(sql, existing_id, operation_id, START, existing_json)
                 return _projection(document)
 
         run_id = str(uuid.uuid4())
@@ -375,70 +342,63 @@ class RunRepository:
             payload["change"] = change
         if provisional_key is not None:
             payload["provisionalKey"] = provisional_key
-        event = create_event(1, "run-created", payload, ZERO_EVENT_HASH)
-        created = apply_event(None, 1, event.type, event.payload, event.hash)
+        event_hash = hash_event(1, "run-created", payload, ZERO_EVENT_HASH)
+        created = apply_event(None, 1, "run-created", payload, event_hash)
         assert created is not None
         projection_json = js_stringify(created)
-        connection.execute(
-            runs.insert().values(
-                run_id=run_id,
-                root_hash=root_hash,
-                stage=stage,
-                lookup_key=keys[0],
-                change_name=change,
-                provisional_key=provisional_key,
-                state=created["state"],
-                sequence=1,
-                event_hash=event.hash,
-                projection_json=projection_json,
-            )
+        sql.write(
+            "insert_run",
+            run_id=run_id,
+            root_hash=root_hash,
+            stage=stage,
+            lookup_key=keys[0],
+            change_name=change,
+            provisional_key=provisional_key,
+            state=created["state"],
+            sequence=1,
+            event_hash=event_hash,
+            projection_json=projection_json,
         )
-        connection.execute(
-            events.insert().values(
-                run_id=run_id,
-                sequence=1,
-                type=event.type,
-                payload_json=js_stringify(event.payload),
-                prior_hash=event.prior_hash,
-                event_hash=event.hash,
-            )
+        sql.write(
+            "insert_event",
+            run_id=run_id,
+            sequence=1,
+            type="run-created",
+            payload_json=js_stringify(payload),
+            prior_hash=ZERO_EVENT_HASH,
+            event_hash=event_hash,
         )
-        self._record(connection, run_id, operation_id, START, projection_json)
+        self._record(sql, run_id, operation_id, START, projection_json)
         return _projection(created)
 
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         require_operation_id(operation_id)
         require_change(change)
         require_run_id(run_id)
-        connection = self._write_connection()
-        unlocked = self._head(connection, run_id, lock=False)
+        sql = self._write_statements()
+        unlocked = self._head(sql, run_id, lock=False)
         if unlocked is not None:
             scope = f"{unlocked.root_hash}\x00{unlocked.stage}\x00"
-            self._advisory_locks(connection, [scope + f"change:{change}"])
-        replay = self._replay(connection, run_id, operation_id, CHANGE_BOUND)
+            self._advisory_locks(sql, [scope + f"change:{change}"])
+        replay = self._replay(sql, run_id, operation_id, CHANGE_BOUND)
         if replay is not None:
             return replay
-        head = self._require_head(connection, run_id, lock=True)
+        head = self._require_head(sql, run_id, lock=True)
         current = _parse_document(head.projection_json)
         if current.get("stage") != "abel-design" or not current.get("provisionalKey"):
             raise InvalidTransitionError("change-binding-not-allowed")
-        owner = connection.execute(
-            select(runs.c.run_id).where(
-                runs.c.root_hash == head.root_hash,
-                runs.c.stage == head.stage,
-                runs.c.lookup_key == f"change:{change}",
-            )
-        ).first()
-        if owner is not None and owner.run_id != run_id:
-            raise OperationConflictError("change-run-already-exists")
-        connection.execute(
-            update(runs)
-            .where(runs.c.run_id == run_id)
-            .values(lookup_key=f"change:{change}", change_name=change, provisional_key=None)
+        owner = sql.one(
+            "owner_of_key",
+            root_hash=head.root_hash,
+            stage=head.stage,
+            lookup_key=f"change:{change}",
         )
-        _, projection_json = self._append(connection, head, CHANGE_BOUND, {"change": change})
-        self._record(connection, run_id, operation_id, CHANGE_BOUND, projection_json)
-        return _projection(json.loads(projection_json))
+        if owner is not None and owner[0] != run_id:
+            raise OperationConflictError("change-run-already-exists")
+        sql.write("bind_change", run_id=run_id, lookup_key=f"change:{change}", change_name=change)
+        document, projection_json = self._append(sql, head, CHANGE_BOUND, {"change": change})
+        self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json)
+        return _projection(document)
 
     # -- delivery bindings -------------------------------------------------------------
 
@@ -466,58 +426,44 @@ class RunRepository:
             lease=checked_lease,
         )
 
-    def _bind_checked(self, connection: Connection, request: BindDelivery) -> RunProjection:
-        head = self._head(connection, request.run_id, lock=True)
+    def _bind_checked(self, sql: Statements, request: BindDelivery) -> RunProjection:
+        head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
                 raise LeaseFencedError("lease-fenced")
-            self._assert_live(connection, request.lease)
-        replay = self._replay(connection, request.run_id, request.operation_id, DELIVERY_BOUND)
+            self._assert_live(sql, request.lease)
+        replay = self._replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
         if replay is not None:
             return replay
         proof = request.approval_proof
-        existing = connection.execute(
-            select(
-                delivery_bindings.c.receipt_hash,
-                delivery_bindings.c.approval_revision,
-                delivery_bindings.c.contract_hash,
-                delivery_bindings.c.record_hash,
-            ).where(
-                delivery_bindings.c.run_id == request.run_id,
-                delivery_bindings.c.gate == request.gate,
-                delivery_bindings.c.revision == request.revision,
-            )
-        ).first()
+        existing = sql.one(
+            "binding", run_id=request.run_id, gate=request.gate, revision=request.revision
+        )
         if head is None:
             raise RunNotFoundError("run-not-found")
+        wanted = (
+            request.receipt_hash,
+            proof.revision if proof else None,
+            proof.contract_hash if proof else None,
+            proof.record_hash if proof else None,
+        )
         if existing is not None:
-            wanted = (
-                request.receipt_hash,
-                proof.revision if proof else None,
-                proof.contract_hash if proof else None,
-                proof.record_hash if proof else None,
-            )
             if tuple(existing) != wanted:
                 raise OperationConflictError("delivery-revision-conflict")
             self._record(
-                connection,
-                request.run_id,
-                request.operation_id,
-                DELIVERY_BOUND,
-                head.projection_json,
+                sql, request.run_id, request.operation_id, DELIVERY_BOUND, head.projection_json
             )
             return _projection(_parse_document(head.projection_json))
-        connection.execute(
-            delivery_bindings.insert().values(
-                run_id=request.run_id,
-                gate=request.gate,
-                revision=request.revision,
-                receipt_hash=request.receipt_hash,
-                approval_revision=proof.revision if proof else None,
-                contract_hash=proof.contract_hash if proof else None,
-                record_hash=proof.record_hash if proof else None,
-                operation_id=request.operation_id,
-            )
+        sql.write(
+            "insert_binding",
+            run_id=request.run_id,
+            gate=request.gate,
+            revision=request.revision,
+            receipt_hash=wanted[0],
+            approval_revision=wanted[1],
+            contract_hash=wanted[2],
+            record_hash=wanted[3],
+            operation_id=request.operation_id,
         )
         payload: Document = {
             "gate": request.gate,
@@ -530,10 +476,8 @@ class RunRepository:
                 "contractHash": proof.contract_hash,
                 "recordHash": proof.record_hash,
             }
-        document, projection_json = self._append(connection, head, DELIVERY_BOUND, payload)
-        self._record(
-            connection, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json
-        )
+        document, projection_json = self._append(sql, head, DELIVERY_BOUND, payload)
+        self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
         return _projection(document)
 
     def bind_delivery(
@@ -550,7 +494,7 @@ class RunRepository:
         request = self._check_delivery(
             run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
         )
-        return self._bind_checked(self._write_connection(), request)
+        return self._bind_checked(self._write_statements(), request)
 
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
@@ -564,20 +508,7 @@ class RunRepository:
                 fields = item
             else:
                 raise InvalidInputError("invalid-delivery-binding")
-            known = {
-                "run_id",
-                "runId",
-                "gate",
-                "revision",
-                "receipt_hash",
-                "receiptHash",
-                "operation_id",
-                "operationId",
-                "approval_proof",
-                "approvalProof",
-                "lease",
-            }
-            if set(fields) - known:
+            if set(fields) - _DELIVERY_FIELDS:
                 raise InvalidInputError("invalid-delivery-binding")
             requests.append(
                 self._check_delivery(
@@ -603,10 +534,10 @@ class RunRepository:
 
     def bind_deliveries(self, requests: list[BindDelivery]) -> RunProjection:
         """Bind several checked deliveries of one run (see `check_deliveries`)."""
-        connection = self._write_connection()
+        sql = self._write_statements()
         projection: RunProjection | None = None
         for request in requests:
-            projection = self._bind_checked(connection, request)
+            projection = self._bind_checked(sql, request)
         if projection is None:
             raise InvalidInputError("delivery-binding-empty")
         return projection
@@ -626,31 +557,31 @@ class RunRepository:
         require_run_id(run_id)
         checked_code = require_transition_code(code)
         checked_lease = coerce_optional_lease(lease)
-        connection = self._write_connection()
-        head = self._head(connection, run_id, lock=True)
+        sql = self._write_statements()
+        head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:
             if checked_lease.run_id != run_id:
                 raise LeaseFencedError("lease-fenced")
-            self._assert_live(connection, checked_lease)
-        replay = self._replay(connection, run_id, operation_id, TRANSITIONED)
+            self._assert_live(sql, checked_lease)
+        replay = self._replay(sql, run_id, operation_id, TRANSITIONED)
         if replay is not None:
             return replay
         if head is None:
             raise RunNotFoundError("run-not-found")
-        current = _parse_document(head.projection_json)
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
+        current = _parse_document(head.projection_json)
         payload: Document = {"from": current.get("state"), "to": to}
         if checked_code is not None:
             payload["code"] = checked_code
-        document, projection_json = self._append(connection, head, TRANSITIONED, payload)
-        self._record(connection, run_id, operation_id, TRANSITIONED, projection_json)
+        document, projection_json = self._append(sql, head, TRANSITIONED, payload)
+        self._record(sql, run_id, operation_id, TRANSITIONED, projection_json)
         return _projection(document)
 
     # -- leases ------------------------------------------------------------------------
 
-    def _assert_live(self, connection: Connection, lease: OperationLease) -> Any:
-        row = self._operation(connection, lease.run_id, lease.operation_id, lock=True)
+    def _assert_live(self, sql: Statements, lease: OperationLease) -> _Operation:
+        row = self._operation(sql, lease.run_id, lease.operation_id, lock=True)
         if (
             row is None
             or row.state != "running"
@@ -675,10 +606,10 @@ class RunRepository:
         _bool_option(preempt, "invalid-lease-option")
         _bool_option(exclusive, "invalid-lease-option")
         require_run_id(run_id)
-        connection = self._write_connection()
-        self._require_head(connection, run_id, lock=True)
+        sql = self._write_statements()
+        self._require_head(sql, run_id, lock=True)
         now = self._now()
-        existing = self._operation(connection, run_id, operation_id, lock=True)
+        existing = self._operation(sql, run_id, operation_id, lock=True)
         if existing is not None and existing.kind != LEASE:
             # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
             raise OperationConflictError("operation-id-conflict")
@@ -701,65 +632,45 @@ class RunRepository:
         lease = OperationLease(
             run_id=run_id, operation_id=operation_id, token=str(uuid.uuid4()), expires_at=now + ttl
         )
-        if existing is None:
-            connection.execute(
-                operations.insert().values(
-                    run_id=run_id,
-                    operation_id=operation_id,
-                    kind=LEASE,
-                    state="running",
-                    lease_token=lease.token,
-                    lease_expires_at=lease.expires_at,
-                )
-            )
-        else:
-            connection.execute(
-                update(operations)
-                .where(operations.c.run_id == run_id, operations.c.operation_id == operation_id)
-                .values(
-                    state="running",
-                    outcome_json=None,
-                    lease_token=lease.token,
-                    lease_expires_at=lease.expires_at,
-                )
-            )
+        sql.write(
+            "insert_lease" if existing is None else "restart_lease",
+            run_id=run_id,
+            operation_id=operation_id,
+            lease_token=lease.token,
+            lease_expires_at=lease.expires_at,
+        )
         return lease
 
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
-        connection = self._write_connection()
-        self._assert_live(connection, checked)
+        sql = self._write_statements()
+        self._assert_live(sql, checked)
         expires_at = self._now() + ttl
-        connection.execute(
-            update(operations)
-            .where(
-                operations.c.run_id == checked.run_id,
-                operations.c.operation_id == checked.operation_id,
-                operations.c.lease_token == checked.token,
-            )
-            .values(lease_expires_at=expires_at)
+        sql.write(
+            "renew_lease",
+            run_id=checked.run_id,
+            operation_id=checked.operation_id,
+            token=checked.token,
+            lease_expires_at=expires_at,
         )
         return checked.model_copy(update={"expires_at": expires_at})
 
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        self._assert_live(self._write_connection(), coerce_lease(lease))
+        self._assert_live(self._write_statements(), coerce_lease(lease))
 
-    def _finish_lease(
-        self, connection: Connection, lease: OperationLease, state: str, outcome_json: str | None
-    ) -> None:
-        self._assert_live(connection, lease)
-        result = connection.execute(
-            update(operations)
-            .where(
-                operations.c.run_id == lease.run_id,
-                operations.c.operation_id == lease.operation_id,
-                operations.c.state == "running",
-                operations.c.lease_token == lease.token,
-            )
-            .values(state=state, outcome_json=outcome_json, lease_token=None, lease_expires_at=None)
+    def _finish_lease(self, lease: OperationLease, state: str, outcome_json: str | None) -> None:
+        sql = self._write_statements()
+        self._assert_live(sql, lease)
+        changed = sql.write(
+            "finish_lease",
+            run_id=lease.run_id,
+            operation_id=lease.operation_id,
+            token=lease.token,
+            new_state=state,
+            outcome_json=outcome_json,
         )
-        if result.rowcount != 1:
+        if changed != 1:
             raise LeaseFencedError("lease-fenced")
 
     def commit_lease(
@@ -772,19 +683,19 @@ class RunRepository:
             serialized = js_stringify(outcome)
         except (JsonValueError, RecursionError):
             raise InvalidInputError("operation-outcome-invalid") from None
-        self._finish_lease(self._write_connection(), checked, "committed", serialized)
+        self._finish_lease(checked, "committed", serialized)
         result: dict[str, Any] = json.loads(serialized)
         return result
 
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        self._finish_lease(self._write_connection(), coerce_lease(lease), "interrupted", None)
+        self._finish_lease(coerce_lease(lease), "interrupted", None)
 
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
         require_operation_id(operation_id)
         require_run_id(run_id)
-        connection = self._write_connection()
-        self._require_head(connection, run_id, lock=False)
-        row = self._operation(connection, run_id, operation_id)
+        sql = self._write_statements()
+        self._require_head(sql, run_id, lock=False)
+        row = self._operation(sql, run_id, operation_id)
         if row is None:
             return None
         now = self._now()
@@ -793,17 +704,8 @@ class RunRepository:
             and row.lease_expires_at is not None
             and row.lease_expires_at < now
         ):
-            connection.execute(
-                update(operations)
-                .where(
-                    operations.c.run_id == run_id,
-                    operations.c.operation_id == operation_id,
-                    operations.c.state == "running",
-                    operations.c.lease_expires_at < now,
-                )
-                .values(state="interrupted", lease_token=None, lease_expires_at=None)
-            )
-            row = self._operation(connection, run_id, operation_id)
+            sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)
+            row = self._operation(sql, run_id, operation_id)
             if row is None:
                 raise JournalIntegrityError("operation-recovery-invalid")
         if row.state not in ("running", "committed", "interrupted"):
@@ -819,34 +721,20 @@ class RunRepository:
         return OperationStatus(state=row.state, outcome=outcome, expires_at=row.lease_expires_at)
 
     def recover_expired_leases(self) -> int:
-        connection = self._write_connection()
-        result = connection.execute(
-            update(operations)
-            .where(operations.c.state == "running", operations.c.lease_expires_at < self._now())
-            .values(state="interrupted", lease_token=None, lease_expires_at=None)
-        )
-        return int(result.rowcount)
+        return self._write_statements().write("expire_leases", now=self._now())
 
     # -- reading and verifying ---------------------------------------------------------
 
     def status(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
-        head = self._require_head(self._connection(), run_id, lock=False)
+        head = self._require_head(self._read_statements(), run_id, lock=False)
         return _projection(_parse_document(head.projection_json))
 
     def iter_event_rows(self, run_id: str) -> Iterator[Any]:
         """The run's event rows in sequence order, fetched in batches (never all at once)."""
-        connection = self._connection()
+        connection = self.session.connection()
         result = connection.execution_options(stream_results=True, yield_per=EVENT_BATCH).execute(
-            select(
-                events.c.sequence,
-                events.c.type,
-                events.c.payload_json,
-                events.c.prior_hash,
-                events.c.event_hash,
-            )
-            .where(events.c.run_id == run_id)
-            .order_by(events.c.sequence)
+            EVENTS_OF_RUN, {"run_id": run_id}
         )
         try:
             yield from result
@@ -855,7 +743,7 @@ class RunRepository:
 
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         require_run_id(run_id)
-        self._require_head(self._connection(), run_id, lock=False)
+        self._require_head(self._read_statements(), run_id, lock=False)
         for row in self.iter_event_rows(run_id):
             payload = _event_payload(row, run_id)
             yield RunEvent.model_construct(
@@ -893,27 +781,17 @@ class RunRepository:
 
     def rebuild_projection(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
-        self._require_head(self._connection(), run_id, lock=False)
+        self._require_head(self._read_statements(), run_id, lock=False)
         return _projection(self._replay_chain(run_id))
 
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with the stored projection and run columns."""
         require_run_id(run_id)
-        connection = self._connection()
-        row = connection.execute(
-            select(
-                runs.c.projection_json,
-                runs.c.state,
-                runs.c.sequence,
-                runs.c.event_hash,
-                runs.c.delivery_revision,
-                runs.c.terminal_tombstone,
-            ).where(runs.c.run_id == run_id)
-        ).first()
+        row = self._read_statements().one("verify_columns", run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
         rebuilt = self._replay_chain(run_id)
-        stored = _parse_document(row.projection_json, "run-projection-integrity-mismatch")
+        stored = _parse_document(row[0], "run-projection-integrity-mismatch")
         difference = first_difference(rebuilt, stored)
         columns = {
             "state": rebuilt.get("state"),
@@ -923,9 +801,9 @@ class RunRepository:
             "terminal_tombstone": rebuilt.get("terminal"),
         }
         if difference is None:
-            for column, expected in columns.items():
-                if getattr(row, column) != expected:
-                    difference = (f"runs.{column}", expected, getattr(row, column))
+            for (column, expected), actual in zip(columns.items(), row[1:], strict=True):
+                if actual != expected:
+                    difference = (f"runs.{column}", expected, actual)
                     break
         if difference is not None:
             field, expected, actual = difference
@@ -940,10 +818,7 @@ class RunRepository:
         return _projection(rebuilt)
 
     def run_ids(self) -> list[str]:
-        return [
-            r.run_id
-            for r in self._connection().execute(select(runs.c.run_id).order_by(runs.c.run_id))
-        ]
+        return [str(row[0]) for row in self._read_statements().all("run_ids")]
 
 
 def _event_payload(row: Any, run_id: str) -> Any:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from .engine import create_store_engine, enable_wal, is_sqlite
 from .errors import StoreBusyError, StoreFormatError, StoreUnavailableError
-from .failures import is_retryable, translate_database_error
+from .failures import is_database_error, is_retryable, translate_database_error
 from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
 from .journal.validation import require_callable, require_root_hash
 from .journal.values import ApprovalProof, BindDelivery
@@ -181,8 +181,10 @@ class RunStore:
             with self.engine.connect() as connection, Session(bind=connection) as session:
                 yield RunRepository(session, root_hash=self.root_hash, clock=self._clock)
                 connection.rollback()
-        except DBAPIError as error:
-            raise translate_database_error(error) from error
+        except Exception as error:
+            if is_database_error(error, self.engine.dialect.loaded_dbapi):
+                raise translate_database_error(error) from error
+            raise
 
     def _read(self, work: Callable[[RunRepository], T]) -> T:
         with self._reading() as repository:

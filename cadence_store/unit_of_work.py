@@ -17,8 +17,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .engine import begin_write
-from .errors import CadenceStoreError, StoreUnavailableError
-from .failures import translate_database_error
+from .errors import StoreUnavailableError
+from .failures import is_database_error, translate_database_error
 from .repository import Clock, RunRepository
 
 
@@ -32,6 +32,7 @@ class UnitOfWork:
         self._connection: Connection | None = None
         self._session: Session | None = None
         self._runs: RunRepository | None = None
+        self._dbapi = engine.dialect.loaded_dbapi
 
     @property
     def session(self) -> Session:
@@ -81,12 +82,12 @@ class UnitOfWork:
                     connection.commit()
                 except Exception as error:
                     _rollback_quietly(session, connection)
-                    if isinstance(error, DBAPIError):
+                    if is_database_error(error, self._dbapi):
                         raise translate_database_error(error) from error
                     raise
             else:
                 _rollback_quietly(session, connection)
-                if isinstance(exc, DBAPIError) and not isinstance(exc, CadenceStoreError):
+                if exc is not None and is_database_error(exc, self._dbapi):
                     raise translate_database_error(exc) from exc
         finally:
             session.close()

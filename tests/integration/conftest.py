@@ -1,0 +1,135 @@
+"""Fixtures of the behavioural store suite (tests/integration/test_store_*.py).
+
+Every store test takes ``database_url`` (tests/conftest.py), so it runs once on SQLite
+and once on PostgreSQL, each time on a fresh database:
+
+- ``clock``: a `FakeClock` (int milliseconds) the test moves by hand;
+- ``store_url``: the database URL after ``cadence_store.upgrade``;
+- ``store``: ``RunStore(store_url, root_hash=ROOT_HASH, clock=clock)``, closed afterwards;
+- ``db``: a plain SQLAlchemy engine on the same database, for reading or tampering with
+  rows directly;
+- ``table_rows`` / ``snapshot``: the rows of the four owned tables;
+- ``rejected(error_class, code)``: a context manager asserting that its block raises
+  exactly that class with exactly that ``.code`` and writes nothing (all four tables are
+  compared before and after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, select
+from sqlalchemy.pool import NullPool
+
+import cadence_store
+from cadence_store import CadenceStoreError, RunStore
+from cadence_store.models import delivery_bindings, events, operations, runs
+
+ROOT_HASH = "ab" * 32
+# A realistic epoch-milliseconds start: lease expiries exceed 32-bit integers (BIGINT).
+START_MS = 1_768_469_475_000
+
+_TABLES = {
+    "runs": runs,
+    "events": events,
+    "operations": operations,
+    "delivery_bindings": delivery_bindings,
+}
+
+Snapshot = dict[str, list[tuple[Any, ...]]]
+
+
+class FakeClock:
+    """A controllable clock: ``clock()`` returns ``clock.now`` (int milliseconds)."""
+
+    def __init__(self, now: int = START_MS) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store_url(database_url: str) -> str:
+    cadence_store.upgrade(database_url)
+    return database_url
+
+
+@pytest.fixture
+def store(store_url: str, clock: FakeClock) -> Iterator[RunStore]:
+    run_store = RunStore(store_url, root_hash=ROOT_HASH, clock=clock)
+    try:
+        yield run_store
+    finally:
+        run_store.close()
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[Engine]:
+    engine = create_engine(store_url, poolclass=NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def table_rows(db: Engine) -> Callable[[str], list[dict[str, Any]]]:
+    """``table_rows("operations")``: the table's rows as dicts, in primary-key order."""
+
+    def read(name: str) -> list[dict[str, Any]]:
+        table = _TABLES[name]
+        with db.connect() as connection:
+            result = connection.execute(select(table).order_by(*table.primary_key.columns))
+            return [dict(row._mapping) for row in result]
+
+    return read
+
+
+@pytest.fixture
+def snapshot(db: Engine) -> Callable[[], Snapshot]:
+    """``snapshot()``: every row of the four owned tables."""
+
+    def take() -> Snapshot:
+        with db.connect() as connection:
+            return {
+                name: [
+                    tuple(row)
+                    for row in connection.execute(
+                        select(table).order_by(*table.primary_key.columns)
+                    )
+                ]
+                for name, table in _TABLES.items()
+            }
+
+    return take
+
+
+@pytest.fixture
+def rejected(
+    snapshot: Callable[[], Snapshot],
+) -> Callable[[type[CadenceStoreError], str], AbstractContextManager[Any]]:
+    """``with rejected(InvalidInputError, "invalid-change"): store.start_run(...)``."""
+
+    @contextmanager
+    def expect(error_class: type[CadenceStoreError], code: str) -> Iterator[Any]:
+        before = snapshot()
+        with pytest.raises(CadenceStoreError) as info:
+            yield info
+        assert type(info.value) is error_class, (type(info.value), info.value)
+        assert info.value.code == code, info.value
+        assert snapshot() == before, f"{code}: a rejected call changed the database"
+
+    return expect
