@@ -61,4 +61,7 @@ def translate_database_error(error: BaseException) -> CadenceStoreError:
         return StoreUnavailableError("run-store-unavailable", detail)
     if state is not None and state.startswith(_PG_UNAVAILABLE_CLASSES):
         return StoreUnavailableError("run-store-unavailable", detail)
+    if state is None and code is None and type(orig).__name__ == "OperationalError":
+        # no SQLSTATE: the server never answered (refused, unreachable, auth)
+        return StoreUnavailableError("run-store-unavailable", detail)
     return StoreUnavailableError("run-store-write-failed", detail)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ from . import legacy
 from .engine import create_store_engine, enable_wal, is_postgresql, is_sqlite, masked_url
 from .errors import (
     CadenceStoreError,
+    InvalidInputError,
     MigrationError,
     SchemaOutOfDateError,
     StoreBusyError,
@@ -40,6 +42,7 @@ from .errors import (
 from .models import OWNED_TABLES
 
 VERSION_TABLE: Final = "cadence_store_version"
+SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 BRANCH_LABEL: Final = "cadence_store"
 # One lock id for every cadence-store upgrade on a PostgreSQL server.
 _UPGRADE_LOCK_ID: Final = int.from_bytes(
@@ -72,9 +75,20 @@ def head_revision() -> str:
     return heads[0]
 
 
+def store_schema(connection: Connection) -> str | None:
+    """The database schema cadence tables live in (None: the default schema)."""
+    translate = connection.get_execution_options().get("schema_translate_map") or {}
+    schema = translate.get(None)
+    return None if schema is None else str(schema)
+
+
+def _version_options(connection: Connection) -> dict[str, Any]:
+    return {"version_table": VERSION_TABLE, "version_table_schema": store_schema(connection)}
+
+
 def current_revision(connection: Connection) -> str | None:
     """The cadence-store revision of a database (None when it has none)."""
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    context = MigrationContext.configure(connection, opts=_version_options(connection))
     heads = context.get_current_heads()
     return heads[0] if heads else None
 
@@ -100,7 +114,7 @@ def adopt_if_needed(connection: Connection) -> str | None:
     (or already versioned). Raises `StoreFormatError` for anything else, having only read.
     Must run inside the upgrade transaction.
     """
-    names = set(inspect(connection).get_table_names())
+    names = set(inspect(connection).get_table_names(schema=store_schema(connection)))
     if VERSION_TABLE in names or not (names & legacy.CADENCE_TABLE_NAMES):
         return None
     label = _database_label(connection)
@@ -109,15 +123,29 @@ def adopt_if_needed(connection: Connection) -> str | None:
     revision = legacy.legacy_revision(_sqlite_query(connection), names)
     if revision is None:
         raise StoreFormatError(label, "not a cadence 1.x run store this version can adopt")
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    context = MigrationContext.configure(connection, opts=_version_options(connection))
     context.stamp(ScriptDirectory.from_config(alembic_config()), revision)
     return revision
 
 
+def schema_options(schema: str | None) -> dict[str, Any]:
+    """Execution options that put cadence tables in `schema` (PostgreSQL)."""
+    if schema is None:
+        return {}
+    if not isinstance(schema, str) or SCHEMA_NAME.fullmatch(schema) is None:
+        raise InvalidInputError("invalid-schema-name")
+    return {"schema_translate_map": {None: schema}}
+
+
 @contextmanager
-def migration_transaction(engine: Engine) -> Iterator[Connection]:
+def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator[Connection]:
     """One transaction for a whole upgrade: locked, adopted, committed or rolled back."""
+    options = schema_options(schema)
+    if options and not is_postgresql(engine):
+        raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
     with engine.connect() as connection:
+        if options:
+            connection.execution_options(**options)
         try:
             if is_sqlite(connection):
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
@@ -127,6 +155,11 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
                     connection.exec_driver_sql(
                         "SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID}
                     )
+            if schema is not None:
+                quoted = connection.dialect.identifier_preparer.quote_schema(schema)
+                connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+                # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
+                connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
             adopt_if_needed(connection)
             yield connection
             connection.commit()
@@ -159,14 +192,17 @@ def _unavailable(error: DBAPIError) -> bool:
     )
 
 
-def upgrade(bind: str | URL | Engine, revision: str = "heads") -> str | None:
+def upgrade(
+    bind: str | URL | Engine, revision: str = "heads", *, schema: str | None = None
+) -> str | None:
     """Bring a database to `revision` (head by default), adopting a cadence 1.x store.
 
-    Returns the revision the database is at afterwards.
+    `schema` (PostgreSQL) keeps the cadence tables and their version table in their own
+    schema. Returns the revision the database is at afterwards.
     """
     engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
     try:
-        with migration_transaction(engine) as connection:
+        with migration_transaction(engine, schema) as connection:
             command.upgrade(alembic_config(connection), revision)
             reached = current_revision(connection)
         if is_sqlite(engine):
@@ -178,11 +214,11 @@ def upgrade(bind: str | URL | Engine, revision: str = "heads") -> str | None:
             engine.dispose()
 
 
-def downgrade(bind: str | URL | Engine, revision: str) -> str | None:
-    """Step a database back to `revision` (this project's own revisions only)."""
+def downgrade(bind: str | URL | Engine, revision: str, *, schema: str | None = None) -> str | None:
+    """Step a database back to `revision`."""
     engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
     try:
-        with migration_transaction(engine) as connection:
+        with migration_transaction(engine, schema) as connection:
             command.downgrade(alembic_config(connection), revision)
             return current_revision(connection)
     finally:
@@ -190,8 +226,9 @@ def downgrade(bind: str | URL | Engine, revision: str) -> str | None:
             engine.dispose()
 
 
-def upgrade_command(url: URL | str) -> str:
-    return f"cadence-store upgrade --url '{masked_url(url)}'"
+def upgrade_command(url: URL | str, schema: str | None = None) -> str:
+    command = f"cadence-store upgrade --url '{masked_url(url)}'"
+    return command if schema is None else f"{command} --schema {schema}"
 
 
 def assert_at_head(connection: Connection) -> None:
@@ -201,16 +238,17 @@ def assert_at_head(connection: Connection) -> None:
     except DBAPIError as error:
         raise StoreUnavailableError("run-store-unavailable", str(error.orig)) from None
     if revision != head_revision():
-        url = connection.engine.url
+        command = upgrade_command(connection.engine.url, store_schema(connection))
         found = revision or "no cadence-store schema"
         raise SchemaOutOfDateError(
-            f"database is at {found}, head is {head_revision()}; run: {upgrade_command(url)}",
-            command=upgrade_command(url),
+            f"database is at {found}, head is {head_revision()}; run: {command}",
+            command=command,
         )
 
 
 def owned_tables_present(connection: Connection) -> set[str]:
-    return set(inspect(connection).get_table_names()) & set(OWNED_TABLES)
+    names = inspect(connection).get_table_names(schema=store_schema(connection))
+    return set(names) & set(OWNED_TABLES)
 
 
 def host_include_object(

@@ -9,6 +9,7 @@ transaction (bounded, with jitter) before it surfaces as `run-store-busy`.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -22,14 +23,25 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .engine import create_store_engine, enable_wal, is_sqlite
-from .errors import StoreBusyError, StoreFormatError, StoreUnavailableError
+from .errors import (
+    SchemaOutOfDateError,
+    StoreBusyError,
+    StoreFormatError,
+    StoreUnavailableError,
+)
 from .failures import is_database_error, is_retryable, translate_database_error
 from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
 from .journal.validation import require_callable, require_root_hash
 from .journal.values import ApprovalProof, BindDelivery
 from .legacy import CADENCE_TABLE_NAMES
 from .repository import Clock, RunRepository
-from .schema import VERSION_TABLE, assert_at_head, upgrade
+from .schema import (
+    VERSION_TABLE,
+    assert_at_head,
+    schema_options,
+    upgrade,
+    upgrade_command,
+)
 from .state_root import (
     StateRoot,
     create_database_file,
@@ -43,6 +55,13 @@ MAX_ATTEMPTS: Final = 8
 Write = Callable[[Session], object]
 
 
+def _missing_sqlite_file(engine: Engine) -> str | None:
+    database = engine.url.database
+    if not is_sqlite(engine) or database in (None, "", ":memory:") or database.startswith("file:"):
+        return None
+    return None if os.path.exists(database) else database
+
+
 class RunStore:
     """The run journal on one database (a URL, or a host's `Engine`)."""
 
@@ -52,16 +71,33 @@ class RunStore:
         *,
         root_hash: str | None = None,
         clock: Clock | None = None,
+        schema: str | None = None,
         **engine_options: Any,
     ) -> None:
+        """`bind`: a URL or a host `Engine` (never altered); `schema`: the PostgreSQL
+        schema holding the cadence tables; `engine_options` go to `create_engine`
+        (pool size and the like) when cadence-store creates the engine."""
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
         self._clock = clock
         self._owns_engine = not isinstance(bind, Engine)
-        self.engine: Engine = (
+        self._base_engine = (
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)
+        )
+        options = schema_options(schema)
+        # an option engine shares the pool; the host's own engine is left as it was
+        self.engine: Engine = (
+            self._base_engine.execution_options(**options) if options else self._base_engine
         )
         self._closed = False
         self.state_root: StateRoot | None = None
+        missing = _missing_sqlite_file(self.engine)
+        if missing is not None:
+            self._dispose()
+            # connecting would create an empty file; there is no store to use here
+            raise SchemaOutOfDateError(
+                f"{missing} does not exist; run: {upgrade_command(self.engine.url)}",
+                command=upgrade_command(self.engine.url),
+            )
         try:
             with self.engine.connect() as connection:
                 assert_at_head(connection)
@@ -121,7 +157,7 @@ class RunStore:
 
     def _dispose(self) -> None:
         if self._owns_engine:
-            self.engine.dispose()
+            self._base_engine.dispose()
 
     def close(self) -> None:
         """Release the store's connections (a host's engine is left to the host)."""

@@ -21,7 +21,7 @@ from alembic import context
 
 from cadence_store import models
 from cadence_store.engine import create_store_engine
-from cadence_store.schema import VERSION_TABLE, migration_transaction
+from cadence_store.schema import VERSION_TABLE, migration_transaction, store_schema
 
 config = context.config
 
@@ -45,13 +45,22 @@ def _url() -> str:
 
 
 def _configure(**options) -> None:
+    connection = options.get("connection")
+    schema = store_schema(connection) if connection is not None else _schema()
     context.configure(
         target_metadata=models.metadata,
         version_table=VERSION_TABLE,
+        version_table_schema=schema,
         include_object=_include_object,
         compare_type=True,
         render_as_batch=True,
         **options,
+    )
+
+
+def _schema():
+    return context.get_x_argument(as_dictionary=True).get("schema") or os.environ.get(
+        "CADENCE_STORE_SCHEMA"
     )
 
 
@@ -72,7 +81,7 @@ def run_migrations_online() -> None:
         fileConfig(config.config_file_name, disable_existing_loggers=False)
     engine = create_store_engine(_url())
     try:
-        with migration_transaction(engine) as connection:
+        with migration_transaction(engine, _schema()) as connection:
             _configure(connection=connection)
             with context.begin_transaction():
                 context.run_migrations()

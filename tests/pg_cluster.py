@@ -54,6 +54,7 @@ _RUN_AS = "postgres"  # OS user that owns the cluster when we are root
 _REQUIRED = ("initdb", "pg_ctl", "postgres", "createdb")
 _SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 _START_TIMEOUT_S = 60
+_COMMAND_TIMEOUT_S = 120  # any single initdb/pg_ctl/createdb call
 
 # Runs as `python -c`; argv = [stop command..., root dir]. Blocks until the
 # parent's end of the pipe closes (parent finished *or* died), then cleans up.
@@ -172,6 +173,7 @@ def _run(cmd: Sequence[str], root: Path, what: str, log: Path | None = None) -> 
         stderr=subprocess.STDOUT,
         text=True,
         check=False,
+        timeout=_COMMAND_TIMEOUT_S,
     )
     if proc.returncode != 0:
         detail = proc.stdout.strip()
@@ -203,7 +205,7 @@ class _Cleanup:
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     check=False,
-                    timeout=60,
+                    timeout=_COMMAND_TIMEOUT_S,
                 )
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

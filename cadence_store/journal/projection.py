@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InvalidTransitionError, JournalIntegrityError
-from .canonical import canonical_json, compare_canonical_strings
+from .canonical import JsonValueError, canonical_json, compare_canonical_strings
 from .events import ZERO_EVENT_HASH, hash_event
 from .states import RUN_STATES, TERMINAL_STATES, assert_transition
 from .validation import SHA256, is_safe_integer, is_sha256
@@ -181,16 +181,23 @@ class ChainVerifier:
     def feed(
         self, sequence: int, type_: str, payload: Mapping[str, Any], hash_: str, prior_hash: str
     ) -> None:
+        try:
+            expected: str | None = hash_event(sequence, type_, payload, prior_hash)
+        except JsonValueError:
+            expected = None
         if (
             sequence != self.count + 1
             or isinstance(sequence, bool)
             or prior_hash != self.prior_hash
             or not isinstance(hash_, str)
             or SHA256.fullmatch(hash_) is None
-            or hash_event(sequence, type_, payload, prior_hash) != hash_
+            or expected != hash_
         ):
             raise JournalIntegrityError(
-                "event-integrity-hash-chain", sequence=self.count + 1, actual=hash_
+                "event-integrity-hash-chain",
+                sequence=self.count + 1,
+                expected=expected if prior_hash == self.prior_hash else self.prior_hash,
+                actual=hash_ if prior_hash == self.prior_hash else prior_hash,
             )
         fields = payload if isinstance(payload, Mapping) else {}
         try:

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, select
-from sqlalchemy.pool import NullPool
 
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore
@@ -78,7 +77,7 @@ def store(store_url: str, clock: FakeClock) -> Iterator[RunStore]:
 
 @pytest.fixture
 def db(store_url: str) -> Iterator[Engine]:
-    engine = create_engine(store_url, poolclass=NullPool)
+    engine = create_engine(store_url, pool_size=1, max_overflow=2)
     try:
         yield engine
     finally:

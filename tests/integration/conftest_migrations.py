@@ -120,7 +120,9 @@ def table_rows(path: Path | str, table: str, *keys: str) -> list[dict[str, Any]]
     return sorted_rows(query(path, f'SELECT * FROM "{table}"'), *keys)
 
 
-def run_tool(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    name: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run one of the venv's console scripts (alembic, cadence-store) from the repo root."""
     return subprocess.run(
         [str(BIN_DIR / name), *args],
@@ -141,7 +143,9 @@ def cadence_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_tool("cadence-store", *args)
 
 
-def owned_only(object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+def owned_only(
+    object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
     """include_object for the drift check: the four owned tables only."""
     if type_ == "table":
         return name in OWNED
@@ -177,7 +181,9 @@ def upgrade_worker(url: str, barrier: Any, results: Any, tag: str) -> None:
         results.put((tag, "error", f"{type(error).__name__}: {error}"))
 
 
-def run_in_processes(target: Callable[..., None], url: str, count: int = 2) -> list[tuple[str, str, str]]:
+def run_in_processes(
+    target: Callable[..., None], url: str, count: int = 2
+) -> list[tuple[str, str, str]]:
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")

@@ -325,7 +325,10 @@ def test_start_run_input_rules(store, rejected):
             dict(stage="abel-implement", change="x", provisional_aliases=[key(2)]),
             "invalid-run-lookup-key",
         ),
-        (dict(stage="abel-implement", change="x", provisional_aliases=[]), "invalid-run-lookup-key"),
+        (
+            dict(stage="abel-implement", change="x", provisional_aliases=[]),
+            "invalid-run-lookup-key",
+        ),
         (dict(stage="abel-implement", change=""), "invalid-change"),
         (dict(stage="abel-implement", change="Feature"), "invalid-change"),
         (dict(stage="abel-implement", change="feature.x"), "invalid-change"),

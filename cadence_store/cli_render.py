@@ -1,0 +1,221 @@
+"""Output helpers of the `cadence-store` command: errors, secrets, tables, times.
+
+Nothing printed by the command may carry a database password: every URL goes through
+`masked_url`, and every error text through `scrub`, which also hides a password that a
+driver or SQLAlchemy message repeated.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import quote, quote_plus
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from .engine import masked_url
+from .errors import (
+    CadenceStoreError,
+    InvalidInputError,
+    InvalidTransitionError,
+    JournalIntegrityError,
+    LeaseFencedError,
+    MigrationError,
+    OperationConflictError,
+    RunNotFoundError,
+    SchemaOutOfDateError,
+    StateRootError,
+    StoreBusyError,
+    StoreFormatError,
+    StoreUnavailableError,
+)
+
+EXIT_OK: Final = 0
+EXIT_CORRUPT: Final = 1
+EXIT_INPUT: Final = 2
+EXIT_STORE: Final = 3
+
+# scheme://user:PASSWORD@ in any text (a URL the command was not told about)
+_URL_PASSWORD: Final = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)(?P<password>[^\s@'\"]+)@"
+)
+# a password shorter than this is not searched for inside a text: the text is withheld
+_MIN_SCRUB_LENGTH: Final = 4
+_WITHHELD: Final = "(details withheld: they may contain a credential)"
+_MAX_DETAIL: Final = 300
+
+
+def exit_code(error: CadenceStoreError) -> int:
+    """0 ok, 1 corruption found, 2 usage or invalid input, 3 store refused or unavailable."""
+    if isinstance(error, JournalIntegrityError):
+        return EXIT_CORRUPT
+    if isinstance(
+        error,
+        InvalidInputError
+        | RunNotFoundError
+        | OperationConflictError
+        | InvalidTransitionError
+        | LeaseFencedError,
+    ):
+        return EXIT_INPUT
+    return EXIT_STORE
+
+
+def scrub(text: str, urls: Iterable[str] = ()) -> str:
+    """`text` with every known URL masked and every password removed."""
+    for url in urls:
+        if not url:
+            continue
+        text = text.replace(url, masked_url(url))
+        try:
+            password = make_url(url).password
+        except (ArgumentError, ValueError, TypeError):
+            password = None
+        if password:
+            secret = str(password)
+            for form in {secret, quote(secret, safe=""), quote_plus(secret)}:
+                if form in text:
+                    if len(form) < _MIN_SCRUB_LENGTH:
+                        return _WITHHELD
+                    text = text.replace(form, "***")
+    return _URL_PASSWORD.sub(r"\g<head>***@", text)
+
+
+def hint(error: CadenceStoreError) -> str:
+    """What to do about an expected failure, in one line."""
+    if isinstance(error, SchemaOutOfDateError):
+        return f"run: {error.command}"
+    if isinstance(error, StoreFormatError):
+        return error.hint
+    if isinstance(error, MigrationError):
+        return "the upgrade was rolled back and nothing changed; fix the cause and run it again"
+    if isinstance(error, StoreBusyError):
+        return "another writer is holding the store; retry in a moment"
+    if isinstance(error, StoreUnavailableError):
+        return "check the database URL, that the server is reachable and the file is writable"
+    if isinstance(error, StateRootError):
+        return (
+            "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
+            "the current directory, with no symlinked component (or pass --url)"
+        )
+    if isinstance(error, JournalIntegrityError):
+        return "the journal does not verify; see `cadence-store verify` and restore from a backup"
+    if isinstance(error, RunNotFoundError):
+        return "no run has that id; list them with `cadence-store runs`"
+    if isinstance(error, LeaseFencedError):
+        return (
+            "that lease expired or was replaced; acquire a new one (`cadence-store lease acquire`)"
+        )
+    if isinstance(error, InvalidTransitionError):
+        return "the run's state does not allow that; see `cadence-store show RUN_ID`"
+    if isinstance(error, OperationConflictError):
+        if error.code in ("run-id-conflict", "run-lookup-conflict"):
+            return "the destination holds different runs under those ids; nothing was written"
+        return "the request contradicts what is recorded; use a new operation id or check the run"
+    if isinstance(error, InvalidInputError):
+        return "check the arguments (see --help)"
+    return "see `cadence-store --help`"
+
+
+def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]:
+    """`error: <code>`, then the (scrubbed) detail and what to do."""
+    known = list(urls)
+    lines = [f"error: {scrub(error.code, known)}"]
+    if error.detail:
+        detail = " ".join(scrub(str(error.detail), known).split())
+        if len(detail) > _MAX_DETAIL:
+            detail = detail[: _MAX_DETAIL - 3] + "..."
+        if not isinstance(error, SchemaOutOfDateError):
+            lines.append(f"  {detail}")
+    lines.append(f"  {scrub(hint(error), known)}")
+    return lines
+
+
+def echo_error(error: CadenceStoreError, urls: Iterable[str] = ()) -> int:
+    for line in error_lines(error, urls):
+        click.echo(line, err=True)
+    return exit_code(error)
+
+
+# -- consoles and tables ------------------------------------------------------------------
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console that prints data as it is (no markup, no highlighting).
+
+    Not on a terminal (a pipe, a file, a test) it is wide enough for a run id and a hash.
+    """
+    probe = Console(stderr=stderr)
+    width = None if probe.is_terminal else 200
+    return Console(stderr=stderr, markup=False, highlight=False, width=width)
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    result = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in columns:
+        result.add_column(name, overflow="fold")
+    return result
+
+
+def key_values(rows: Mapping[str, Any], *, title: str | None = None) -> Table:
+    result = Table(title=title, title_justify="left", show_header=False, box=None)
+    result.add_column("key", style="bold")
+    result.add_column("value", overflow="fold")
+    for key, value in rows.items():
+        result.add_row(key, text(value))
+    return result
+
+
+def text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def short(value: str | None, length: int = 12) -> str:
+    if not value:
+        return "-"
+    return value if len(value) <= length else value[:length] + "…"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def timestamp(ms: int | None, *, now: int | None = None) -> str:
+    """`2026-01-15T09:30:00Z (in 59s)` for epoch milliseconds."""
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    delta = (ms - (now if now is not None else now_ms())) // 1000
+    relative = f"in {_duration(delta)}" if delta >= 0 else f"{_duration(-delta)} ago"
+    return f"{moment} ({relative})"
+
+
+def _duration(seconds: int) -> str:
+    if seconds >= 86_400:
+        return f"{seconds // 86_400}d{(seconds % 86_400) // 3_600}h"
+    if seconds >= 3_600:
+        return f"{seconds // 3_600}h{(seconds % 3_600) // 60}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60}s"
+    return f"{seconds}s"
+
+
+def lease_state(state: str, token: str | None, expires_at: int | None, now: int) -> str:
+    """How an operation's lease stands: live, expired (not yet recovered) or none."""
+    if state != "running":
+        return "none"
+    if token is None or expires_at is None:
+        return "running (no lease)"
+    return "live" if expires_at >= now else "expired"
