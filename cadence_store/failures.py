@@ -17,8 +17,10 @@ from .errors import CadenceStoreError, StoreBusyError, StoreUnavailableError
 # SQLite primary result codes (https://sqlite.org/rescode.html)
 _SQLITE_BUSY: Final = frozenset({5, 6})  # BUSY, LOCKED
 _SQLITE_UNAVAILABLE: Final = frozenset({3, 7, 8, 10, 11, 13, 14, 15, 23, 26})
-# PostgreSQL SQLSTATEs a whole transaction may simply be retried after.
-RETRYABLE_SQLSTATES: Final = frozenset({"40001", "40P01", "23505", "55P03"})
+# PostgreSQL SQLSTATEs a whole transaction may simply be retried after: serialization
+# failure, deadlock, lock timeout. (Unique violations are not among them: cadence-store's
+# own writes cannot collide under its locks, so one comes from a host's rows.)
+RETRYABLE_SQLSTATES: Final = frozenset({"40001", "40P01", "55P03"})
 _PG_UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "58", "25006", "XX")
 
 

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -41,6 +41,7 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
+from .failures import is_database_error, translate_database_error
 from .journal import (
     RUN_STATES,
     TERMINAL_STATES,
@@ -147,6 +148,29 @@ class _RunHead:
     projection_json: str
     sequence: int
     event_hash: str
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _coded(
+    method: Callable[Concatenate[RunRepository, P], R],
+) -> Callable[Concatenate[RunRepository, P], R]:
+    """Raise driver errors as coded `CadenceStoreError`s (also in a host's Session)."""
+
+    def wrapper(self: RunRepository, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:
+            if is_database_error(error, self.session.get_bind().dialect.loaded_dbapi):
+                raise translate_database_error(error) from error
+            raise
+
+    wrapper.__name__ = method.__name__
+    wrapper.__qualname__ = method.__qualname__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
 
 
 class RunRepository:
@@ -283,6 +307,7 @@ class RunRepository:
 
     # -- runs --------------------------------------------------------------------------
 
+    @_coded
     def start_run(
         self,
         stage: str,
@@ -371,6 +396,7 @@ class RunRepository:
         self._record(sql, run_id, operation_id, START, projection_json)
         return _projection(created)
 
+    @_coded
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         require_operation_id(operation_id)
         require_change(change)
@@ -401,30 +427,6 @@ class RunRepository:
         return _projection(document)
 
     # -- delivery bindings -------------------------------------------------------------
-
-    def _check_delivery(
-        self,
-        run_id: object,
-        gate: object,
-        revision: object,
-        receipt_hash: object,
-        operation_id: object,
-        approval_proof: object,
-        lease: object,
-    ) -> BindDelivery:
-        checked_operation = require_operation_id(operation_id)
-        gate_, revision_, receipt_ = require_delivery(gate, revision, receipt_hash)
-        proof = coerce_approval_proof(approval_proof)
-        checked_lease = coerce_optional_lease(lease)
-        return BindDelivery.model_construct(
-            run_id=require_run_id(run_id),
-            gate=gate_,
-            revision=revision_,
-            receipt_hash=receipt_,
-            operation_id=checked_operation,
-            approval_proof=proof,
-            lease=checked_lease,
-        )
 
     def _bind_checked(self, sql: Statements, request: BindDelivery) -> RunProjection:
         head = self._head(sql, request.run_id, lock=True)
@@ -480,6 +482,7 @@ class RunRepository:
         self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
         return _projection(document)
 
+    @_coded
     def bind_delivery(
         self,
         run_id: str,
@@ -491,7 +494,7 @@ class RunRepository:
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        request = self._check_delivery(
+        request = check_delivery(
             run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
         )
         return self._bind_checked(self._write_statements(), request)
@@ -511,7 +514,7 @@ class RunRepository:
             if set(fields) - _DELIVERY_FIELDS:
                 raise InvalidInputError("invalid-delivery-binding")
             requests.append(
-                self._check_delivery(
+                check_delivery(
                     fields.get("run_id", fields.get("runId")),
                     fields.get("gate"),
                     fields.get("revision"),
@@ -532,6 +535,7 @@ class RunRepository:
             raise InvalidInputError("delivery-binding-write-invalid")
         return requests
 
+    @_coded
     def bind_deliveries(self, requests: list[BindDelivery]) -> RunProjection:
         """Bind several checked deliveries of one run (see `check_deliveries`)."""
         sql = self._write_statements()
@@ -553,6 +557,22 @@ class RunRepository:
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
+        projection, _ = self.transition_once(
+            run_id, to, operation_id=operation_id, code=code, lease=lease
+        )
+        return projection
+
+    @_coded
+    def transition_once(
+        self,
+        run_id: str,
+        to: str,
+        *,
+        operation_id: str,
+        code: str | None = None,
+        lease: OperationLease | Mapping[str, Any] | None = None,
+    ) -> tuple[RunProjection, bool]:
+        """`transition`, and whether it appended (False: a replayed operation id)."""
         require_operation_id(operation_id)
         require_run_id(run_id)
         checked_code = require_transition_code(code)
@@ -565,7 +585,7 @@ class RunRepository:
             self._assert_live(sql, checked_lease)
         replay = self._replay(sql, run_id, operation_id, TRANSITIONED)
         if replay is not None:
-            return replay
+            return replay, False
         if head is None:
             raise RunNotFoundError("run-not-found")
         if not isinstance(to, str) or to not in RUN_STATES:
@@ -576,7 +596,7 @@ class RunRepository:
             payload["code"] = checked_code
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
         self._record(sql, run_id, operation_id, TRANSITIONED, projection_json)
-        return _projection(document)
+        return _projection(document), True
 
     # -- leases ------------------------------------------------------------------------
 
@@ -592,6 +612,7 @@ class RunRepository:
             raise LeaseFencedError("lease-fenced")
         return row
 
+    @_coded
     def acquire_lease(
         self,
         run_id: str,
@@ -641,6 +662,7 @@ class RunRepository:
         )
         return lease
 
+    @_coded
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
@@ -656,6 +678,7 @@ class RunRepository:
         )
         return checked.model_copy(update={"expires_at": expires_at})
 
+    @_coded
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         self._assert_live(self._write_statements(), coerce_lease(lease))
 
@@ -673,6 +696,7 @@ class RunRepository:
         if changed != 1:
             raise LeaseFencedError("lease-fenced")
 
+    @_coded
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -687,9 +711,11 @@ class RunRepository:
         result: dict[str, Any] = json.loads(serialized)
         return result
 
+    @_coded
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         self._finish_lease(coerce_lease(lease), "interrupted", None)
 
+    @_coded
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
         require_operation_id(operation_id)
         require_run_id(run_id)
@@ -720,11 +746,13 @@ class RunRepository:
                 raise JournalIntegrityError("operation-outcome-invalid")
         return OperationStatus(state=row.state, outcome=outcome, expires_at=row.lease_expires_at)
 
+    @_coded
     def recover_expired_leases(self) -> int:
         return self._write_statements().write("expire_leases", now=self._now())
 
     # -- reading and verifying ---------------------------------------------------------
 
+    @_coded
     def status(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         head = self._require_head(self._read_statements(), run_id, lock=False)
@@ -738,6 +766,10 @@ class RunRepository:
         )
         try:
             yield from result
+        except Exception as error:
+            if is_database_error(error, connection.dialect.loaded_dbapi):
+                raise translate_database_error(error) from error
+            raise
         finally:
             result.close()
 
@@ -754,6 +786,7 @@ class RunRepository:
                 hash=row.event_hash,
             )
 
+    @_coded
     def list_events(self, run_id: str) -> list[RunEvent]:
         return list(self.iter_events(run_id))
 
@@ -779,11 +812,13 @@ class RunRepository:
                 error.code, run_id=run_id, sequence=verifier.count + 1
             ) from None
 
+    @_coded
     def rebuild_projection(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
         return _projection(self._replay_chain(run_id))
 
+    @_coded
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with the stored projection and run columns."""
         require_run_id(run_id)
@@ -817,8 +852,34 @@ class RunRepository:
             )
         return _projection(rebuilt)
 
+    @_coded
     def run_ids(self) -> list[str]:
         return [str(row[0]) for row in self._read_statements().all("run_ids")]
+
+
+def check_delivery(
+    run_id: object,
+    gate: object,
+    revision: object,
+    receipt_hash: object,
+    operation_id: object,
+    approval_proof: object,
+    lease: object,
+) -> BindDelivery:
+    """Validate one delivery binding request, in cadence 1.x's order of checks."""
+    checked_operation = require_operation_id(operation_id)
+    gate_, revision_, receipt_ = require_delivery(gate, revision, receipt_hash)
+    proof = coerce_approval_proof(approval_proof)
+    checked_lease = coerce_optional_lease(lease)
+    return BindDelivery.model_construct(
+        run_id=require_run_id(run_id),
+        gate=gate_,
+        revision=revision_,
+        receipt_hash=receipt_,
+        operation_id=checked_operation,
+        approval_proof=proof,
+        lease=checked_lease,
+    )
 
 
 def _event_payload(row: Any, run_id: str) -> Any:
@@ -847,4 +908,4 @@ def first_difference(expected: Document, actual: Document) -> tuple[str, Any, An
     return "(key order)", list(expected), list(actual)
 
 
-__all__ = ["Clock", "RunRepository", "first_difference", "system_clock"]
+__all__ = ["Clock", "RunRepository", "check_delivery", "first_difference", "system_clock"]

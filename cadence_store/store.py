@@ -31,10 +31,10 @@ from .errors import (
 )
 from .failures import is_database_error, is_retryable, translate_database_error
 from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
-from .journal.validation import require_callable, require_root_hash
+from .journal.validation import require_callable, require_operation_id, require_root_hash
 from .journal.values import ApprovalProof, BindDelivery
 from .legacy import CADENCE_TABLE_NAMES
-from .repository import Clock, RunRepository
+from .repository import Clock, RunRepository, check_delivery
 from .schema import (
     VERSION_TABLE,
     assert_at_head,
@@ -289,6 +289,7 @@ class RunStore:
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
         """`bind_delivery`, and `write(session)` in the same transaction."""
+        check_delivery(run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease)
         require_callable(write, "delivery-binding-write-invalid")
 
         def work(runs: RunRepository) -> RunProjection:
@@ -350,14 +351,20 @@ class RunStore:
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """`transition`, and `write(session)` in the same transaction."""
+        """`transition`, and `write(session)` in the same transaction.
+
+        A replayed operation id returns its recorded projection without calling `write`
+        (as cadence 1.x did).
+        """
+        require_operation_id(operation_id)
         require_callable(write, "state-transition-write-invalid")
 
         def work(runs: RunRepository) -> RunProjection:
-            projection = runs.transition(
+            projection, appended = runs.transition_once(
                 run_id, to, operation_id=operation_id, code=code, lease=lease
             )
-            write(runs.session)
+            if appended:
+                write(runs.session)
             return projection
 
         return self._write(work)

@@ -181,6 +181,22 @@ def upgrade_worker(url: str, barrier: Any, results: Any, tag: str) -> None:
         results.put((tag, "error", f"{type(error).__name__}: {error}"))
 
 
+def open_worker(spec: str, barrier: Any, results: Any, tag: str) -> None:
+    """`RunStore.open` on a state root (spec: JSON of consumer root and XDG state home)."""
+    try:
+        from cadence_store import RunStore
+        from cadence_store.state_root import resolve_state_root
+
+        where = json.loads(spec)
+        root = resolve_state_root(where["consumer"], xdg_state_home=where["xdg"])
+        barrier.wait(timeout=60)
+        with RunStore.open(root) as store:
+            run_ids = store.run_ids()
+        results.put((tag, "ok", str(len(run_ids))))
+    except BaseException as error:  # reported to the parent, which asserts on it
+        results.put((tag, "error", f"{type(error).__name__}: {error}"))
+
+
 def run_in_processes(
     target: Callable[..., None], url: str, count: int = 2
 ) -> list[tuple[str, str, str]]:

@@ -23,6 +23,7 @@ from integration.conftest_migrations import (
     copy_fixture,
     edit_sqlite,
     manifest,
+    open_worker,
     query,
     run_in_processes,
     sha256_file,
@@ -314,6 +315,106 @@ def test_rejected_probe_is_refused_by_cli(tmp_path: Path) -> None:
     assert sha256_file(path) == digest
 
 
+# Refusals the DESIGN names beyond cadence 1.x's recorded probes.
+EVENTS_WITHOUT_CASCADE = (
+    "CREATE TABLE events_plain (run_id TEXT NOT NULL REFERENCES runs(run_id),"
+    " sequence INTEGER NOT NULL, type TEXT NOT NULL, payload_json TEXT NOT NULL,"
+    " prior_hash TEXT NOT NULL, event_hash TEXT NOT NULL, PRIMARY KEY (run_id, sequence),"
+    " UNIQUE (run_id, event_hash)) STRICT",
+    "INSERT INTO events_plain SELECT * FROM events",
+    "DROP TABLE events",
+    "ALTER TABLE events_plain RENAME TO events",
+)
+EXTRA_REJECTED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "v2-claim-with-a-proof-column": (
+        "legacy-v2.sqlite3",
+        ("ALTER TABLE delivery_bindings ADD COLUMN approval_revision INTEGER",),
+    ),
+    "current-missing-tasks": ("current.sqlite3", ("DROP TABLE tasks",)),
+    "current-events-without-on-delete-cascade": ("current.sqlite3", EVENTS_WITHOUT_CASCADE),
+    "current-missing-a-unique-key": (
+        "current.sqlite3",
+        (
+            "CREATE TABLE ops2 (run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+            " operation_id TEXT NOT NULL, kind TEXT NOT NULL, state TEXT NOT NULL,"
+            " outcome_json TEXT, lease_token TEXT, lease_expires_at INTEGER) STRICT",
+            "INSERT INTO ops2 SELECT * FROM operations",
+            "DROP TABLE operations",
+            "ALTER TABLE ops2 RENAME TO operations",
+        ),
+    ),
+    "current-runs-missing-a-column": (
+        "current.sqlite3",
+        ("ALTER TABLE runs DROP COLUMN terminal_tombstone",),
+    ),
+    "v4-missing-runs": (
+        "legacy-v4.sqlite3",
+        ("DROP TABLE runs",),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA_REJECTED))
+def test_other_damaged_stores_are_refused_untouched(name: str, tmp_path: Path) -> None:
+    base, statements = EXTRA_REJECTED[name]
+    path = copy_fixture(base, tmp_path, name=f"{name}.sqlite3")
+    edit_sqlite(path, *statements)
+    digest = sha256_file(path)
+    with pytest.raises(StoreFormatError) as caught:
+        cadence_store.upgrade(sqlite_url(path))
+    _assert_reset_required(caught.value, str(path))
+    assert sha256_file(path) == digest
+
+
+def test_refusal_leaves_a_wal_mode_store_untouched(tmp_path: Path) -> None:
+    """cadence 1.x stores are WAL databases; refusing one must not touch it either."""
+    path = _build_probe("current-tables-with-schema_meta-3", tmp_path)
+    connection = sqlite3.connect(path)
+    assert connection.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    connection.close()
+    assert not Path(f"{path}-wal").exists()
+    digest = sha256_file(path)
+    with pytest.raises(StoreFormatError):
+        cadence_store.upgrade(sqlite_url(path))
+    assert sha256_file(path) == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+@pytest.mark.postgres
+def test_postgresql_cadence_tables_without_a_version_are_refused(pg_database_url: str) -> None:
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(pg_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("CREATE TABLE runs (run_id TEXT PRIMARY KEY, note TEXT)"))
+            connection.execute(text("INSERT INTO runs VALUES ('r1', 'a host''s table')"))
+        with pytest.raises(StoreFormatError) as caught:
+            cadence_store.upgrade(pg_database_url)
+        assert caught.value.code == "run-store-reset-required"
+        with engine.connect() as connection:
+            assert set(inspect(connection).get_table_names()) == {"runs"}
+            rows = connection.execute(text("SELECT * FROM runs")).all()
+        assert [tuple(row) for row in rows] == [("r1", "a host's table")]
+    finally:
+        engine.dispose()
+
+
+def test_run_store_refuses_an_unadopted_store_without_touching_it(tmp_path: Path) -> None:
+    """RunStore never runs DDL: a cadence 1.x store must be upgraded first."""
+    from cadence_store import SchemaOutOfDateError
+
+    path = copy_fixture("legacy-v4.sqlite3", tmp_path)
+    edit_sqlite(path)
+    digest = sha256_file(path)
+    with pytest.raises(SchemaOutOfDateError) as caught:
+        RunStore(sqlite_url(path), root_hash=store_entry("legacy-v4.sqlite3")["consumerRootHash"])
+    assert caught.value.code == "run-store-upgrade-required"
+    assert "cadence-store upgrade --url" in caught.value.command
+    assert sha256_file(path) == digest
+    assert VERSION_TABLE not in table_names(path)
+
+
 @pytest.mark.parametrize("name", ACCEPTED)
 def test_accepted_probe_is_adopted(name: str, tmp_path: Path) -> None:
     entry = store_entry("current.sqlite3")
@@ -468,6 +569,23 @@ def test_concurrent_upgrade_of_a_legacy_file(tmp_path: Path) -> None:
         _assert_runs_match_manifest(store, entry)
     finally:
         store.close()
+
+
+def test_concurrent_open_of_one_state_root_holding_a_legacy_store(tmp_path: Path) -> None:
+    entry = store_entry("legacy-v4.sqlite3")
+    consumer, xdg = tmp_path / "consumer", tmp_path / "xdg"
+    consumer.mkdir()
+    root = prepare_state_root(resolve_state_root(consumer, xdg_state_home=str(xdg)))
+    copy_fixture("legacy-v4.sqlite3", Path(root.root_dir), name="control.sqlite3")
+    spec = json.dumps({"consumer": str(consumer), "xdg": str(xdg)})
+    outcomes = run_in_processes(open_worker, spec)
+    runs = str(len(entry["runs"]))
+    assert outcomes == [("p0", "ok", runs), ("p1", "ok", runs)], outcomes
+    assert version_rows(root.database_path) == [head_revision()]
+    assert "schema_meta" not in table_names(root.database_path)
+    for table in ("runs", "events"):
+        count = len(entry["tables"][table])
+        assert query(root.database_path, f"SELECT count(*) AS n FROM {table}") == [{"n": count}]
 
 
 @pytest.mark.postgres

@@ -190,15 +190,6 @@ def test_a_raising_write_rolls_back_event_binding_and_receipt(store, host_tables
 
 
 def test_a_failing_host_flush_rolls_back_the_journal(store, host_tables, snapshot, request):
-    if "postgresql" in request.node.callspec.id:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG: on PostgreSQL a host unique violation (23505) is reported as "
-                "run-store-busy (SQLite: run-store-write-failed); *_atomically retries it 8 "
-                "times, re-running write() each time",
-            )
-        )
     run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
     store.transition_atomically(
         run.run_id, "paused", operation_id="t1", write=lambda s: s.add(HostRow(id=1, note="a"))
@@ -229,13 +220,6 @@ def test_a_failing_host_flush_rolls_back_the_journal(store, host_tables, snapsho
 
 
 def test_transition_atomically_replay_does_not_run_write_again(store, host_tables, request):
-    request.applymarker(
-        pytest.mark.xfail(
-            strict=True,
-            reason="BUG: transition_atomically calls write() on a replayed operation id "
-            "(cadence 1.x returned the receipt before write)",
-        )
-    )
     run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
     calls = []
 
@@ -381,11 +365,6 @@ def test_atomic_write_must_be_callable(store, rejected):
         store.bind_delivery_atomically(run.run_id, "gate-a", 1, A, operation_id="b1", write=42)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: *_atomically checks `write` before the operation id / binding; cadence 1.x "
-    "reported invalid-operation-id / invalid-delivery-binding first",
-)
 def test_atomic_input_errors_precede_the_write_check(store, rejected):
     run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
     # cadence 1.x validated the operation and binding before looking at `write`
@@ -532,12 +511,6 @@ def test_repository_and_store_accept_a_host_engine(store_url, host_engine, clock
         assert again.status(run.run_id).run_id == run.run_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RunRepository in a host Session leaks driver errors (SQLite: sqlalchemy "
-    "OperationalError 'database is locked'; PostgreSQL: bare psycopg LockNotAvailable) "
-    "instead of StoreBusyError run-store-busy",
-)
 def test_repository_reports_a_held_store_as_busy(store, store_url, clock, db, request):
     """Inside a host Session, a store held by another writer is a coded failure too."""
     run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
