@@ -151,7 +151,7 @@ def open_store(url: str | None, *, root_hash: str | None = None) -> RunStore:
     if url:
         _remember(url)
         _require_existing_sqlite(url)
-        return RunStore(url, root_hash=root_hash)
+        return RunStore(url, root_hash=root_hash, schema=os.environ.get("CADENCE_STORE_SCHEMA"))
     return RunStore.open(resolve_state_root(os.getcwd()))
 
 
@@ -217,7 +217,13 @@ def _progress() -> Progress:
 
 @main.command()
 @url_option
-def upgrade(url: str | None) -> None:
+@click.option(
+    "--schema",
+    envvar="CADENCE_STORE_SCHEMA",
+    default=None,
+    help="PostgreSQL schema for the cadence tables (default: the database's default schema).",
+)
+def upgrade(url: str | None, schema: str | None) -> None:
     """Bring a database to the head revision (adopting a cadence 1.x store).
 
     Without --url (or $CADENCE_STORE_URL) the embedded store of the current directory is
@@ -228,7 +234,7 @@ def upgrade(url: str | None) -> None:
     """
     if url:
         _remember(url)
-        revision = upgrade_database(url)
+        revision = upgrade_database(url, schema=schema)
         click.echo(f"{masked_url(url)} is at {revision} (head)")
         return
     with opened(None) as store:

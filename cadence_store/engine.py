@@ -10,6 +10,9 @@ own transactions on an unconfigured engine send `BEGIN IMMEDIATE` on their conne
 
 from __future__ import annotations
 
+import random
+import sqlite3
+import time
 import weakref
 from typing import Any, Final
 
@@ -97,7 +100,7 @@ def configure_engine(engine: Engine) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        begin_immediate(connection)
 
     _immediate_engines.add(engine)
     return engine
@@ -110,10 +113,40 @@ def begin_write(connection: Connection) -> None:
     """
     if connection.in_transaction():
         return
+    connection.begin()  # SQLAlchemy's transaction; pysqlite sends nothing for it
     if is_sqlite(connection) and not begins_immediate(connection.engine):
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-    else:
-        connection.begin()
+        begin_immediate(connection)
+
+
+def begin_immediate(connection: Connection) -> None:
+    """`BEGIN IMMEDIATE`, waiting for a concurrent writer in short, jittered steps.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10 ... ms between attempts: far longer than
+    a journal append holds the write lock (well under a millisecond), so under contention
+    the lock mostly sits free while every waiter sleeps. Polling in sub-millisecond steps
+    keeps the lock busy; the overall wait is still bounded by the connection's busy timeout,
+    after which SQLite's "database is locked" error surfaces (as `run-store-busy`).
+    """
+    raw = connection.connection.dbapi_connection
+    assert raw is not None
+    cursor = raw.cursor()
+    (previous_timeout,) = cursor.execute("PRAGMA busy_timeout").fetchone()
+    try:
+        cursor.execute("PRAGMA busy_timeout = 0")
+        deadline = time.monotonic() + max(int(previous_timeout), 1) / 1000
+        pause = 0.00005
+        while True:
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode & 0xFF not in (5, 6) or time.monotonic() > deadline:
+                    raise
+            time.sleep(random.uniform(pause, 2 * pause))
+            pause = min(pause * 1.5, 0.0005)
+    finally:
+        cursor.execute(f"PRAGMA busy_timeout = {int(previous_timeout)}")
+        cursor.close()
 
 
 def masked_url(url: str | URL) -> str:

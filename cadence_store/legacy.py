@@ -116,21 +116,21 @@ class TableShape:
     strict: int
 
 
-def _quote(name: str) -> str:
+def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
 def describe_table(query: Query, table: str) -> TableShape:
     """cadence 1.x `describeTable`, through any read-only query function."""
-    columns = query(f"PRAGMA table_info({_quote(table)})", ())
-    foreign_keys = query(f"PRAGMA foreign_key_list({_quote(table)})", ())
-    indexes = query(f"PRAGMA index_list({_quote(table)})", ())
+    columns = query(f"PRAGMA table_info({quote(table)})", ())
+    foreign_keys = query(f"PRAGMA foreign_key_list({quote(table)})", ())
+    indexes = query(f"PRAGMA index_list({quote(table)})", ())
     unique_keys = []
     # index_list: seq, name, unique, origin, partial
     for _seq, name, unique, _origin, partial in indexes:
         if unique != 1:
             continue
-        fields = query(f"PRAGMA index_xinfo({_quote(str(name))})", ())
+        fields = query(f"PRAGMA index_xinfo({quote(str(name))})", ())
         # index_xinfo: seqno, cid, name, desc, coll, key
         keyed = [
             {"name": field[2], "coll": field[4], "desc": field[3]}
@@ -206,7 +206,7 @@ def table_names(query: Query) -> set[str]:
 
 
 def column_names(query: Query, table: str) -> list[str]:
-    return [str(row[1]) for row in query(f"PRAGMA table_info({_quote(table)})", ())]
+    return [str(row[1]) for row in query(f"PRAGMA table_info({quote(table)})", ())]
 
 
 def legacy_revision(query: Query, tables: set[str]) -> str | None:

@@ -55,7 +55,9 @@ class Run(Base):
         STRICT,
     )
 
-    run_id: Mapped[str] = mapped_column(Text, primary_key=True, nullable=True)
+    # cadence 1.x declared `run_id TEXT PRIMARY KEY` (no NOT NULL); the frozen migration
+    # keeps that DDL, and every engine reflects a primary key as NOT NULL, as here.
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
     root_hash: Mapped[str] = mapped_column(Text)
     stage: Mapped[str] = mapped_column(Text)
     lookup_key: Mapped[str] = mapped_column(Text)

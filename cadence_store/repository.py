@@ -32,7 +32,7 @@ from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
 
-from .engine import begins_immediate, is_postgresql, is_sqlite
+from .engine import begin_immediate, begins_immediate, is_postgresql, is_sqlite
 from .errors import (
     InvalidInputError,
     InvalidTransitionError,
@@ -201,7 +201,7 @@ class RunRepository:
         if is_sqlite(connection) and not begins_immediate(connection.engine):
             raw = connection.connection.dbapi_connection
             if raw is not None and not getattr(raw, "in_transaction", True):
-                connection.exec_driver_sql("BEGIN IMMEDIATE")
+                begin_immediate(connection)
         return Statements(connection)
 
     def _read_statements(self) -> Statements:

@@ -251,6 +251,68 @@ def owned_tables_present(connection: Connection) -> set[str]:
     return set(names) & set(OWNED_TABLES)
 
 
+def _sqlite_unique_keys(connection: Connection, table: str) -> set[frozenset[str]]:
+    query = _sqlite_query(connection)
+    keys = set()
+    for _seq, name, unique, *_ in query(f"PRAGMA index_list({legacy.quote(table)})", ()):
+        if unique == 1:
+            columns = query(f"PRAGMA index_info({legacy.quote(str(name))})", ())
+            keys.add(frozenset(str(column[2]) for column in columns))
+    return keys
+
+
+def _sqlite_foreign_keys(connection: Connection, table: str) -> set[tuple[str, str, str, str]]:
+    rows = _sqlite_query(connection)(f"PRAGMA foreign_key_list({legacy.quote(table)})", ())
+    # foreign_key_list: id, seq, table, from, to, on_update, on_delete, match
+    return {(str(r[3]), str(r[2]), str(r[4]), str(r[6]).upper()) for r in rows}
+
+
+def comparison_filter(connection: Connection) -> Any:
+    """`include_object` for comparing the models with a database (autogenerate, `alembic
+    check`): only the owned tables, and on SQLite no constraint that the database already
+    enforces in an equivalent form.
+
+    Adopted cadence 1.x stores declare their unique keys unnamed and their foreign keys
+    inline (`REFERENCES runs(run_id) ON DELETE CASCADE`), which SQLAlchemy reflects without
+    names and without ON DELETE. SQLite's own catalogue (index_list, foreign_key_list) says
+    whether the model's constraint is enforced; only then is the difference ignored.
+    """
+    sqlite = is_sqlite(connection)
+
+    def include(
+        object: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    ) -> bool:
+        if type_ == "table":
+            return name in OWNED_TABLES
+        table = getattr(getattr(object, "table", None), "name", None)
+        if table not in OWNED_TABLES:
+            return False
+        if not sqlite or compare_to is not None:
+            return True
+        if type_ == "unique_constraint":
+            columns = frozenset(column.name for column in object.columns)
+            return columns not in _sqlite_unique_keys(connection, table)
+        if type_ == "foreign_key_constraint":
+            wanted = {
+                (
+                    element.parent.name,
+                    element.column.table.name,
+                    element.column.name,
+                    str(object.ondelete or "NO ACTION").upper(),
+                )
+                for element in object.elements
+            }
+            enforced = _sqlite_foreign_keys(connection, table)
+            if reflected:
+                # reflected from an inline REFERENCES (options lost): the model's side of
+                # the comparison decides whether SQLite enforces the same key
+                return not {key[:3] for key in wanted} <= {key[:3] for key in enforced}
+            return not wanted <= enforced
+        return True
+
+    return include
+
+
 def host_include_object(
     object: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:

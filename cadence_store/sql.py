@@ -106,20 +106,23 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         event_hash=bindparam("event_hash"),
         projection_json=bindparam("projection_json"),
     ),
-    "start_receipts": lambda _: (
-        select(
-            operations.c.run_id,
-            operations.c.kind,
-            operations.c.state,
-            operations.c.outcome_json,
-            runs.c.lookup_key,
-        )
-        .join(runs, runs.c.run_id == operations.c.run_id)
+    # Driven by the operation-id index (never by a scan of a root's runs, which made
+    # start_run slower as runs accumulated): receipts of this id in this root and stage.
+    "start_receipts": lambda _: select(
+        operations.c.run_id,
+        operations.c.kind,
+        operations.c.state,
+        operations.c.outcome_json,
+        select(runs.c.lookup_key).where(runs.c.run_id == operations.c.run_id).scalar_subquery(),
+    ).where(
+        operations.c.operation_id == bindparam("operation_id"),
+        select(runs.c.run_id)
         .where(
+            runs.c.run_id == operations.c.run_id,
             runs.c.root_hash == bindparam("root_hash"),
             runs.c.stage == bindparam("stage"),
-            operations.c.operation_id == bindparam("operation_id"),
         )
+        .exists(),
     ),
     "run_by_key": lambda _: select(runs.c.run_id, runs.c.projection_json).where(
         runs.c.root_hash == bindparam("root_hash"),

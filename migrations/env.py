@@ -3,7 +3,8 @@
 - The version table is `cadence_store_version`, so these migrations sit beside a host
   application's own `alembic_version` history.
 - A connection passed in `config.attributes["connection"]` (what `cadence_store.upgrade`
-  does) is used as is: its owner holds the transaction, the lock and the adoption check.
+  does) is used as is: its owner holds the transaction and the lock; a cadence 1.x store
+  on it is still recognised and stamped before the migrations run.
 - A plain `alembic upgrade head` (URL from `-x url=...`, `CADENCE_STORE_URL` or
   `sqlalchemy.url`) gets the same treatment through `cadence_store.schema`: one
   transaction, adoption of cadence 1.x stores, and an engine that is disposed afterwards
@@ -21,16 +22,15 @@ from alembic import context
 
 from cadence_store import models
 from cadence_store.engine import create_store_engine
-from cadence_store.schema import VERSION_TABLE, migration_transaction, store_schema
+from cadence_store.schema import (
+    VERSION_TABLE,
+    adopt_if_needed,
+    comparison_filter,
+    migration_transaction,
+    store_schema,
+)
 
 config = context.config
-
-
-def _include_object(object, name, type_, reflected, compare_to):
-    """Only cadence-store's own tables take part in comparisons."""
-    if type_ == "table":
-        return name in models.OWNED_TABLES
-    return True
 
 
 def _url() -> str:
@@ -51,7 +51,8 @@ def _configure(**options) -> None:
         target_metadata=models.metadata,
         version_table=VERSION_TABLE,
         version_table_schema=schema,
-        include_object=_include_object,
+        # only the owned tables take part in comparisons (`alembic check`)
+        include_object=comparison_filter(connection) if connection is not None else None,
         compare_type=True,
         render_as_batch=True,
         **options,
@@ -73,6 +74,9 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
+        # the owner of the connection holds the transaction; a cadence 1.x store is
+        # still recognised and stamped (a no-op once cadence_store.upgrade did it)
+        adopt_if_needed(connection)
         _configure(connection=connection)
         with context.begin_transaction():
             context.run_migrations()

@@ -160,8 +160,12 @@ def drift(connection: Connection) -> list[Any]:
 
     from cadence_store import models
 
+    from cadence_store.schema import comparison_filter
+
+    # the filter env.py uses (so `alembic check` agrees): owned tables only, and on SQLite
+    # no constraint SQLite's own catalogue shows enforced in an equivalent form
     context = MigrationContext.configure(
-        connection, opts={"compare_type": True, "include_object": owned_only}
+        connection, opts={"compare_type": True, "include_object": comparison_filter(connection)}
     )
     return list(compare_metadata(context, models.metadata))
 

@@ -2,16 +2,18 @@
 
 They live in an importable module, not in the test file, so that a "spawn" child (a
 fresh interpreter that unpickles its target by module and name) can import them: the
-test module puts this directory on ``sys.path`` before importing ``workers``, and a
-spawned child starts with its parent's ``sys.path`` (``bootstrap`` also re-adds the
-directory, whatever the child was given). Every worker:
+test module puts this directory on ``sys.path`` before it imports ``workers`` (whatever
+pytest's import mode), and ``multiprocessing.spawn`` hands the parent's ``sys.path`` to
+the child before it unpickles the target (``serve`` re-adds the directory in case a
+caller trimmed it). test_contention checks that this really holds. Every worker:
 
-1. opens its own ``RunStore`` (slow: a fresh interpreter imports SQLAlchemy first),
-2. waits at the shared ``Barrier`` so that the contended calls really overlap,
-3. reports ``("ok", value)`` or ``("error", description)`` on the shared queue.
+1. is one of a few long-lived spawned processes (``serve``) that run jobs one by one,
+2. opens its own ``RunStore`` for each job,
+3. waits at the shared ``Barrier`` so that the contended calls really overlap,
+4. reports ``("ok", value)`` or ``("error", description)`` on the shared queue.
 
 Failures a call is expected to raise are caught and recorded as data
-(``expected_failure``); anything else reaches ``bootstrap`` and is reported as an error,
+(``expected_failure``); anything else reaches ``run_task`` and is reported as an error,
 which the tests assert never happens.
 """
 
@@ -47,7 +49,7 @@ def describe(error: BaseException) -> Report:
 def expected_failure(call: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any]:
     """("ok", result) or ("failed", description) of a call that may lose a race.
 
-    Only `CadenceStoreError`s are data here: anything else propagates to `bootstrap`.
+    Only `CadenceStoreError`s are data here: anything else propagates to `run_task`.
     """
     from cadence_store import CadenceStoreError
 
@@ -57,19 +59,34 @@ def expected_failure(call: Callable[..., Any], *args: Any, **kwargs: Any) -> tup
         return "failed", describe(error)
 
 
-def bootstrap(task: str, url: str, index: int, barrier: Any, results: Any, params: Any) -> None:
-    """The `Process` target: run `TASKS[task]` and report its outcome on `results`."""
-    if HERE not in sys.path:  # the child is a fresh interpreter: make sure of the path
-        sys.path.insert(0, HERE)
+def run_task(task: str, url: str, index: int, barrier: Any, params: Any) -> tuple[str, Any]:
+    """Open a `RunStore` on `url`, run `TASKS[task]` with it, close it: ("ok", value) or
+    ("error", description of what reached this caller)."""
     try:
         from cadence_store import RunStore
 
         with RunStore(url, root_hash=ROOT_HASH) as store:
-            value = TASKS[task](store, index, barrier, params)
-        results.put((index, "ok", value))
+            return "ok", TASKS[task](store, index, barrier, params)
     except BaseException as error:
         barrier.abort()  # the others stop waiting for a worker that will not come
-        results.put((index, "error", describe(error)))
+        return "error", describe(error)
+
+
+def serve(index: int, barrier: Any, inbox: Any, results: Any) -> None:
+    """The `Process` target: a worker that runs jobs from `inbox` until it gets None.
+
+    One spawned interpreter serves many jobs, so that a test pays for its workers'
+    imports once; each job opens (and closes) its own `RunStore`.
+    """
+    if HERE not in sys.path:  # a fresh interpreter: make sure `workers` stays importable
+        sys.path.insert(0, HERE)
+    while True:
+        job = inbox.get()
+        if job is None:
+            return
+        job_id, task, url, params = job
+        status, value = run_task(task, url, index, barrier, params)
+        results.put((job_id, index, status, value))
 
 
 def whoami(_store: Any, index: int, barrier: Any, _params: Any) -> Report:
@@ -86,6 +103,7 @@ def whoami(_store: Any, index: int, barrier: Any, _params: Any) -> Report:
         "start_method": multiprocessing.get_start_method(allow_none=True),
         "main_module": getattr(sys.modules.get("__main__"), "__name__", None),
         "here_on_path": HERE in sys.path,
+        "orig_argv": list(sys.orig_argv),
     }
 
 

@@ -1,0 +1,370 @@
+"""Contention: several processes writing one store at once (issue 4).
+
+Every test runs on a SQLite file and on PostgreSQL (``database_url``), with WORKERS
+spawned processes (fresh interpreters, the "spawn" start method) that open their own
+``RunStore`` and then line up at a ``Barrier``, so that the contended calls really
+overlap. The worker functions live in ``tests/integration/workers.py``; a worker reports
+what each call returned, and what a call that may lose a race raised, through a queue.
+Sizes are bounded so that the file stays well under a minute on both engines.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:  # `workers` must import by that name here and in the children
+    sys.path.insert(0, _HERE)
+
+import workers  # noqa: E402
+
+from cadence_store import RunStore  # noqa: E402
+from cadence_store.models import delivery_bindings, events, operations, runs  # noqa: E402
+
+WORKERS = 4
+APPENDS = 40  # per worker, (a)
+ROUNDS = 6  # rounds of the per-round races
+DISTINCT_RUNS = 20  # per worker, (c)
+TIMEOUT_S = 90  # a worker that has not reported by then is hung: a bug
+
+
+class WorkerPool:
+    """WORKERS spawned processes (``workers.serve``), reused by every test of this module.
+
+    ``run(task, url, params)`` hands one job to every worker and returns their values in
+    worker order. It fails on any error a worker reports (an exception that reached a
+    caller) and on a worker that does not report in time (a hang: the pool is then killed
+    and the next test starts a new one).
+    """
+
+    def __init__(self, count: int = WORKERS) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.count = count
+        self.barrier = self.context.Barrier(count)
+        self.results = self.context.Queue()
+        self.inboxes = [self.context.Queue() for _ in range(count)]
+        self.jobs = 0
+        self.processes = [
+            self.context.Process(
+                target=workers.serve,
+                args=(index, self.barrier, inbox, self.results),
+                name=f"contention-worker-{index}",
+                daemon=True,
+            )
+            for index, inbox in enumerate(self.inboxes)
+        ]
+        for process in self.processes:
+            process.start()
+        self.broken = False
+
+    def run(self, task: str, url: str, params: Any = None) -> list[Any]:
+        assert not self.broken
+        self.jobs += 1
+        job_id = self.jobs
+        for inbox in self.inboxes:
+            inbox.put((job_id, task, url, params))
+        reports: dict[int, tuple[str, Any]] = {}
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(reports) < self.count:
+            try:
+                job, index, status, value = self.results.get(
+                    timeout=max(0.1, deadline - time.monotonic())
+                )
+            except queue.Empty:
+                self.close(kill=True)
+                missing = sorted(set(range(self.count)) - set(reports))
+                raise AssertionError(
+                    f"{task}: workers {missing} did not report within {TIMEOUT_S} s (hang?)"
+                ) from None
+            assert job == job_id, (job, job_id)
+            reports[index] = (status, value)
+        errors = {
+            index: f"{value['module']}.{value['type']} code={value['code']!r}\n{value['traceback']}"
+            for index, (status, value) in reports.items()
+            if status != "ok"
+        }
+        if errors:
+            self.barrier.reset()  # a failed job may have broken it; all workers are idle
+        assert not errors, "an exception reached a caller:\n" + "\n".join(
+            f"worker {index}: {text}" for index, text in errors.items()
+        )
+        return [reports[index][1] for index in range(self.count)]
+
+    def close(self, *, kill: bool = False) -> None:
+        self.broken = True
+        if not kill:
+            for inbox in self.inboxes:
+                inbox.put(None)
+        for process in self.processes:
+            if kill:
+                process.kill()  # SIGKILL to that worker's own pid
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=30)
+        for channel in [self.results, *self.inboxes]:
+            channel.close()
+            channel.cancel_join_thread()
+
+
+@pytest.fixture(scope="module")
+def _pool_holder() -> Iterator[list[WorkerPool]]:
+    holder: list[WorkerPool] = []
+    yield holder
+    for pool in holder:
+        if not pool.broken:
+            pool.close()
+
+
+@pytest.fixture
+def pool(_pool_holder: list[WorkerPool]) -> WorkerPool:
+    """The module's worker processes (started by the first test that asks, restarted
+    after a hang)."""
+    if not _pool_holder or _pool_holder[-1].broken:
+        _pool_holder.append(WorkerPool())
+    return _pool_holder[-1]
+
+
+def assert_chain(store: RunStore, run_id: str) -> list[Any]:
+    """No gap, no fork: sequences 1..N, each prior hash the previous hash; the stored
+    projection is what the chain rebuilds, and the store verifies."""
+    chain = store.list_events(run_id)
+    assert [event.sequence for event in chain] == list(range(1, len(chain) + 1))
+    prior = "0" * 64
+    for event in chain:
+        assert event.prior_hash == prior, event.sequence
+        prior = event.hash
+    verified = store.verify_integrity(run_id)
+    stored = store.status(run_id)
+    assert stored == store.rebuild_projection(run_id) == verified
+    assert stored.sequence == len(chain)
+    assert stored.event_hash == prior
+    return chain
+
+
+def count_rows(db: Any, table: Any, *where: Any) -> int:
+    with db.connect() as connection:
+        return int(
+            connection.execute(select(func.count()).select_from(table).where(*where)).one()[0]
+        )
+
+
+def failure(outcome: tuple[str, Any]) -> tuple[str, str | None]:
+    status, value = outcome
+    assert status == "failed", outcome
+    return value["type"], value["code"]
+
+
+# -- the plumbing ----------------------------------------------------------------------
+
+
+def test_workers_are_fresh_spawned_interpreters(pool, sqlite_database_url: str) -> None:
+    import cadence_store
+
+    cadence_store.upgrade(sqlite_database_url)
+    reports = pool.run("whoami", sqlite_database_url)
+    assert [report["index"] for report in reports] == list(range(WORKERS))
+    assert len({report["pid"] for report in reports}) == WORKERS
+    for report in reports:
+        assert report["parent"] == os.getpid()
+        assert report["pid"] != os.getpid()
+        assert report["module_name"] == "workers"
+        assert report["module_file"] == str(Path(workers.__file__).resolve())
+        assert report["here_on_path"]
+        # a spawned child is a new interpreter started by multiprocessing.spawn
+        assert any("spawn_main" in arg for arg in report["orig_argv"]), report["orig_argv"]
+
+
+# -- (a) appends to one run ------------------------------------------------------------
+
+
+def test_processes_appending_to_one_run_lose_nothing(pool, store, store_url, db) -> None:
+    run = store.start_run("abel-implement", change="contended", operation_id="start")
+    base = store.transition(run.run_id, "paused", operation_id="t0").sequence
+
+    reports = pool.run("append_transitions", store_url, {"run_id": run.run_id, "count": APPENDS})
+
+    errors = [error for report in reports for error in report["errors"]]
+    assert errors == [], errors
+    appended = sorted(s for report in reports for s in report["sequences"])
+    assert appended == list(range(base + 1, base + 1 + WORKERS * APPENDS))
+    final = store.verify_integrity(run.run_id)
+    assert final.sequence == base + WORKERS * APPENDS
+    chain = assert_chain(store, run.run_id)
+    assert Counter(event.type for event in chain)["state-transitioned"] == 1 + WORKERS * APPENDS
+    assert count_rows(db, operations) == 2 + WORKERS * APPENDS
+    for index, report in enumerate(reports):
+        # each worker's own appends came back in increasing order
+        assert report["sequences"] == sorted(report["sequences"])
+        last = store.transition(
+            run.run_id, "paused", operation_id=f"w{index}-t{APPENDS - 1}", code="replay"
+        )
+        assert last.sequence == report["sequences"][-1]  # a replay, not a new event
+    assert store.status(run.run_id).sequence == final.sequence
+
+
+# -- (b) one change, distinct operation ids --------------------------------------------
+
+
+def test_processes_starting_one_change_share_one_run(pool, store, store_url, db) -> None:
+    reports = pool.run("start_one_change", store_url, {"rounds": ROUNDS, "prefix": "shared"})
+
+    for round_ in range(ROUNDS):
+        returned = {report[round_] for report in reports}
+        assert len(returned) == 1, f"round {round_}: {returned}"
+        (run_id,) = returned
+        assert count_rows(db, runs, runs.c.lookup_key == f"change:shared-{round_}") == 1
+        assert count_rows(db, operations, operations.c.run_id == run_id) == WORKERS
+        assert assert_chain(store, run_id)[-1].sequence == 1
+    assert count_rows(db, runs) == ROUNDS
+    assert count_rows(db, events) == ROUNDS
+
+
+# -- (c) distinct changes --------------------------------------------------------------
+
+
+def test_processes_starting_distinct_changes_lose_no_run(pool, store, store_url, db) -> None:
+    reports = pool.run("start_distinct_changes", store_url, {"count": DISTINCT_RUNS})
+
+    run_ids = [run_id for report in reports for run_id in report]
+    assert len(run_ids) == len(set(run_ids)) == WORKERS * DISTINCT_RUNS
+    assert count_rows(db, runs) == WORKERS * DISTINCT_RUNS
+    assert count_rows(db, events) == WORKERS * DISTINCT_RUNS
+    assert count_rows(db, operations) == WORKERS * DISTINCT_RUNS
+    assert sorted(store.run_ids()) == sorted(run_ids)
+    with db.connect() as connection:
+        keys = set(connection.execute(select(runs.c.lookup_key)).scalars())
+    assert keys == {f"change:w{i}-c{n}" for i in range(WORKERS) for n in range(DISTINCT_RUNS)}
+    for index, report in enumerate(reports):
+        for n in (0, DISTINCT_RUNS - 1):
+            projection = store.status(report[n])
+            assert projection.change == f"w{index}-c{n}"
+            assert store.verify_integrity(report[n]) == projection
+
+
+# -- idempotency: one operation id from every process ----------------------------------
+
+
+def test_processes_sending_one_start_all_get_its_recorded_outcome(
+    pool, store, store_url, db
+) -> None:
+    reports = pool.run("start_same_operation", store_url, {"rounds": ROUNDS, "prefix": "idem"})
+
+    for round_ in range(ROUNDS):
+        projections = [report[round_] for report in reports]
+        assert all(p == projections[0] for p in projections), projections
+        run_id = projections[0]["runId"]
+        assert store.status(run_id).model_dump(mode="json", by_alias=True) == projections[0]
+        assert count_rows(db, operations, operations.c.run_id == run_id) == 1
+        assert_chain(store, run_id)
+    assert count_rows(db, runs) == ROUNDS
+    assert count_rows(db, events) == ROUNDS
+
+
+# -- (d) lease fencing -----------------------------------------------------------------
+
+
+def test_only_the_live_lease_appends_and_commits(pool, store, store_url, db) -> None:
+    run = store.start_run("abel-implement", change="leased", operation_id="start")
+    base = store.transition(run.run_id, "paused", operation_id="t0").sequence
+
+    reports = pool.run(
+        "lease_holders",
+        store_url,
+        {"run_id": run.run_id, "rounds": ROUNDS, "workers": WORKERS},
+    )
+
+    for round_ in range(ROUNDS):
+        holders = [report[round_] for report in reports]
+        assert len({holder["token"] for holder in holders}) == WORKERS
+        (live,) = [i for i, holder in enumerate(holders) if holder["position"] == WORKERS - 1]
+        for index, holder in enumerate(holders):
+            if index == live:
+                assert holder["transition"][0] == "ok", holder["transition"]
+                assert holder["commit"] == ("ok", {"holder": live, "round": round_})
+            else:
+                assert failure(holder["transition"]) == ("LeaseFencedError", "lease-fenced")
+                assert failure(holder["commit"]) == ("LeaseFencedError", "lease-fenced")
+        status = store.inspect_operation(run.run_id, f"lease-{round_}")
+        assert status is not None
+        assert (status.state, status.outcome) == ("committed", {"holder": live, "round": round_})
+    chain = assert_chain(store, run.run_id)
+    assert len(chain) == base + ROUNDS  # one append per round: the live holder's
+    transitions = count_rows(db, operations, operations.c.kind == "state-transitioned")
+    assert transitions == 1 + ROUNDS
+
+
+def test_a_commit_racing_preemption_is_fenced_or_first(pool, store, store_url, db) -> None:
+    run = store.start_run("abel-implement", change="preempted", operation_id="start")
+
+    reports = pool.run(
+        "preempt_while_committing", store_url, {"run_id": run.run_id, "rounds": ROUNDS}
+    )
+
+    for round_ in range(ROUNDS):
+        first_holder = reports[0][round_]
+        if first_holder["first"][0] != "ok":  # preempted before it committed
+            assert failure(first_holder["first"]) == ("LeaseFencedError", "lease-fenced")
+        preemptors = [report[round_] for report in reports[1:]]
+        winners = [i + 1 for i, p in enumerate(preemptors) if p["second"][0] == "ok"]
+        assert len(winners) == 1, preemptors
+        (winner,) = winners
+        assert reports[winner][round_]["second"][1] == {"holder": winner, "round": round_}
+        for index, preemptor in enumerate(preemptors, start=1):
+            if index != winner:
+                assert failure(preemptor["second"]) == ("LeaseFencedError", "lease-fenced")
+        status = store.inspect_operation(run.run_id, f"race-{round_}")
+        assert status is not None
+        assert (status.state, status.outcome) == ("committed", {"holder": winner, "round": round_})
+    assert_chain(store, run.run_id)
+
+
+# -- (e) one delivery revision, different receipts -------------------------------------
+
+
+def test_one_receipt_wins_a_delivery_revision(pool, store, store_url, db) -> None:
+    run = store.start_run("abel-implement", change="delivered", operation_id="start")
+
+    reports = pool.run("bind_one_revision", store_url, {"run_id": run.run_id, "rounds": ROUNDS})
+
+    chain = assert_chain(store, run.run_id)
+    bound = [event for event in chain if event.type == "delivery-bound"]
+    assert [event.payload["revision"] for event in bound] == list(range(1, ROUNDS + 1))
+    for round_ in range(ROUNDS):
+        outcomes = [report[round_] for report in reports]
+        winners = [i for i, outcome in enumerate(outcomes) if outcome["status"] == "ok"]
+        assert len(winners) == 1, outcomes
+        (winner,) = winners
+        for index, outcome in enumerate(outcomes):
+            if index != winner:
+                assert outcome["status"] == "failed"
+                assert (outcome["value"]["type"], outcome["value"]["code"]) == (
+                    "OperationConflictError",
+                    "delivery-revision-conflict",
+                )
+        revision = round_ + 1
+        with db.connect() as connection:
+            rows = connection.execute(
+                select(delivery_bindings.c.receipt_hash, delivery_bindings.c.operation_id).where(
+                    delivery_bindings.c.run_id == run.run_id,
+                    delivery_bindings.c.gate == "gate-a",
+                    delivery_bindings.c.revision == revision,
+                )
+            ).all()
+        assert rows == [(workers.receipt_hash(round_, winner), f"b{round_}-w{winner}")]
+        assert bound[round_].payload["receiptHash"] == workers.receipt_hash(round_, winner)
+        assert outcomes[winner]["value"] == bound[round_].sequence
+    assert count_rows(db, delivery_bindings) == ROUNDS
+    assert len(bound) == ROUNDS
+    assert store.status(run.run_id).delivery_revision == ROUNDS
