@@ -159,7 +159,6 @@ def drift(connection: Connection) -> list[Any]:
     from alembic.runtime.migration import MigrationContext
 
     from cadence_store import models
-
     from cadence_store.schema import comparison_filter
 
     # the filter env.py uses (so `alembic check` agrees): owned tables only, and on SQLite
