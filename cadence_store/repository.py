@@ -71,7 +71,7 @@ from .journal.validation import (
     require_ttl,
 )
 from .journal.values import ApprovalProof, BindDelivery
-from .sql import EVENTS_OF_RUN, Statements
+from .sql import Statements
 
 Clock = Callable[[], int]
 Document = dict[str, Any]
@@ -758,32 +758,27 @@ class RunRepository:
         head = self._require_head(self._read_statements(), run_id, lock=False)
         return _projection(_parse_document(head.projection_json))
 
-    def iter_event_rows(self, run_id: str) -> Iterator[Any]:
-        """The run's event rows in sequence order, fetched in batches (never all at once)."""
+    def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
+        """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
+        fetched in batches (a chain is never loaded whole)."""
         connection = self.session.connection()
-        result = connection.execution_options(stream_results=True, yield_per=EVENT_BATCH).execute(
-            EVENTS_OF_RUN, {"run_id": run_id}
-        )
         try:
-            yield from result
+            yield from Statements(connection).stream("events_of_run", EVENT_BATCH, run_id=run_id)
         except Exception as error:
             if is_database_error(error, connection.dialect.loaded_dbapi):
                 raise translate_database_error(error) from error
             raise
-        finally:
-            result.close()
 
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
-        for row in self.iter_event_rows(run_id):
-            payload = _event_payload(row, run_id)
+        for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(run_id):
             yield RunEvent.model_construct(
-                sequence=row.sequence,
-                type=row.type,
-                payload=payload,
-                prior_hash=row.prior_hash,
-                hash=row.event_hash,
+                sequence=sequence,
+                type=type_,
+                payload=_event_payload(payload_json, run_id, sequence),
+                prior_hash=prior_hash,
+                hash=event_hash,
             )
 
     @_coded
@@ -793,14 +788,12 @@ class RunRepository:
     def _replay_chain(self, run_id: str) -> Document:
         verifier = ChainVerifier()
         try:
-            for row in self.iter_event_rows(run_id):
-                verifier.feed(
-                    row.sequence,
-                    row.type,
-                    _event_payload(row, run_id),
-                    row.event_hash,
-                    row.prior_hash,
-                )
+            feed = verifier.feed
+            for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
+                run_id
+            ):
+                payload = _event_payload(payload_json, run_id, sequence)
+                feed(sequence, type_, payload, event_hash, prior_hash)
             return verifier.result()
         except JournalIntegrityError as error:
             error.run_id = run_id
@@ -882,15 +875,15 @@ def check_delivery(
     )
 
 
-def _event_payload(row: Any, run_id: str) -> Any:
+_decode_json: Final = json.JSONDecoder().decode
+
+
+def _event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
     try:
-        return json.loads(row.payload_json)
+        return _decode_json(payload_json)
     except (TypeError, ValueError):
         raise JournalIntegrityError(
-            "event-integrity-hash-chain",
-            "payload is not JSON",
-            run_id=run_id,
-            sequence=row.sequence,
+            "event-integrity-hash-chain", "payload is not JSON", run_id=run_id, sequence=sequence
         ) from None
 
 

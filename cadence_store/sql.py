@@ -10,7 +10,8 @@ append's cost; the statements themselves are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -226,8 +227,8 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "run_ids": lambda _: select(runs.c.run_id).order_by(runs.c.run_id),
 }
 
-# Streamed (not through the cursor helper): a run's events in order.
-EVENTS_OF_RUN: Final = (
+# A run's events in order (streamed in batches, see `Statements.stream`).
+STATEMENTS["events_of_run"] = lambda _: (
     select(
         events.c.sequence,
         events.c.type,
@@ -247,6 +248,7 @@ class CompiledStatement:
     constants: dict[str, Any]  # values the statement itself binds (e.g. state='committed')
 
 
+_stream_ids = itertools.count()
 _cache: dict[tuple[str, str, str, str, SchemaMap], CompiledStatement] = {}
 
 
@@ -305,6 +307,27 @@ class Statements:
     def write(self, name: str, **params: Any) -> int:
         count: int = self._run(name, params).rowcount
         return count
+
+    def stream(self, name: str, batch: int, **params: Any) -> Iterator[tuple[Any, ...]]:
+        """Rows in batches of `batch`, never the whole result at once (a server-side
+        cursor on PostgreSQL, whose client cursors would fetch everything)."""
+        statement = _compiled(self._dialect, name, self._schema_map)
+        values = {**statement.constants, **params} if statement.constants else params
+        args: Any = values
+        if statement.positions is not None:
+            args = tuple(values[p] for p in statement.positions)
+        raw = self._cursor.connection
+        if self._dialect.name == "postgresql":
+            cursor = raw.cursor(name=f"cadence_stream_{next(_stream_ids)}")
+            cursor.itersize = batch
+        else:
+            cursor = raw.cursor()
+        try:
+            cursor.execute(statement.text, args)
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+        finally:
+            cursor.close()
 
     def close(self) -> None:
         self._cursor.close()

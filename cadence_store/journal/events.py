@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,9 +24,38 @@ EVENT_TYPES: Final = (
 )
 
 
+# Strings JSON.stringify writes as they are, between quotes (printable ASCII, no `"` or `\`).
+_VERBATIM: Final = re.compile(r"[ !#-\[\]-~]*")
+_MAX_SAFE: Final = 2**53
+
+
+def _json_string(value: str) -> str:
+    return f'"{value}"' if _VERBATIM.fullmatch(value) else canonical_json(value)
+
+
 def hash_event(sequence: int, type_: str, payload: Mapping[str, Any], prior_hash: str) -> str:
-    unsigned = {"sequence": sequence, "type": type_, "payload": payload, "priorHash": prior_hash}
-    return hashlib.sha256(canonical_json(unsigned).encode("utf-8")).hexdigest()
+    """sha256 hex of canonical_json({sequence, type, payload, priorHash})."""
+    if (
+        type(sequence) is int
+        and -_MAX_SAFE <= sequence <= _MAX_SAFE
+        and type(type_) is str
+        and type(prior_hash) is str
+    ):
+        # the four keys in canonical (UTF-16) order, without building the outer object:
+        # every event of every chain is hashed this way, on appends and on verification
+        text = (
+            f'{{"payload":{canonical_json(payload)},"priorHash":{_json_string(prior_hash)},'
+            f'"sequence":{sequence},"type":{_json_string(type_)}}}'
+        )
+    else:
+        unsigned = {
+            "sequence": sequence,
+            "type": type_,
+            "payload": payload,
+            "priorHash": prior_hash,
+        }
+        text = canonical_json(unsigned)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def create_event(sequence: int, type: str, payload: Mapping[str, Any], prior_hash: str) -> RunEvent:
