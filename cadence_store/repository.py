@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, TypeVar
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from .engine import begin_immediate, begins_immediate, is_postgresql, is_sqlite
@@ -103,9 +104,18 @@ def _parse_document(text: str | None, code: str = "run-projection-invalid") -> D
 
 
 def _projection(document: Document) -> RunProjection:
+    """A projection read from the database: validated."""
     try:
         return RunProjection.from_document(document)
     except ValueError:
+        raise JournalIntegrityError("run-projection-invalid") from None
+
+
+def _built(document: Document) -> RunProjection:
+    """A projection `apply_event` just built from a verified head: not validated again."""
+    try:
+        return RunProjection.from_trusted_document(document)
+    except (KeyError, TypeError):
         raise JournalIntegrityError("run-projection-invalid") from None
 
 
@@ -140,7 +150,7 @@ class _Operation(NamedTuple):
     lease_expires_at: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _RunHead:
     run_id: str
     root_hash: str
@@ -148,6 +158,13 @@ class _RunHead:
     projection_json: str
     sequence: int
     event_hash: str
+    _document: Document | None = None
+
+    def document(self) -> Document:
+        """The stored projection, parsed once (callers must not modify it)."""
+        if self._document is None:
+            self._document = _parse_document(self.projection_json)
+        return self._document
 
 
 P = ParamSpec("P")
@@ -163,7 +180,7 @@ def _coded(
         try:
             return method(self, *args, **kwargs)
         except Exception as error:
-            if is_database_error(error, self.session.get_bind().dialect.loaded_dbapi):
+            if is_database_error(error, self._connection().dialect.loaded_dbapi):
                 raise translate_database_error(error) from error
             raise
 
@@ -184,11 +201,44 @@ class RunRepository:
         root_hash: str | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self.session = session
+        self._session: Session | None = session
+        self._session_factory: Callable[[], Session] | None = None
+        self._own_connection: Connection | None = None
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
         self._clock = clock or system_clock
 
+    @classmethod
+    def on_connection(
+        cls,
+        connection: Connection,
+        session_factory: Callable[[], Session],
+        *,
+        root_hash: str | None = None,
+        clock: Clock | None = None,
+    ) -> RunRepository:
+        """A repository on a connection whose transaction its owner (a unit of work)
+        manages; the `Session` is made only if someone asks for `.session`."""
+        repository = cls.__new__(cls)
+        repository._session = None
+        repository._session_factory = session_factory
+        repository._own_connection = connection
+        repository.root_hash = None if root_hash is None else require_root_hash(root_hash)
+        repository._clock = clock or system_clock
+        return repository
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            assert self._session_factory is not None
+            self._session = self._session_factory()
+        return self._session
+
     # -- connections and locks -------------------------------------------------------
+
+    def _connection(self) -> Connection:
+        if self._own_connection is not None:
+            return self._own_connection
+        return self.session.connection()
 
     def _write_statements(self) -> Statements:
         """Statements on the session's connection, in a transaction fit for writing.
@@ -197,7 +247,7 @@ class RunRepository:
         here (unless the engine already does so), so that a concurrent writer waits
         instead of failing the read-then-write halfway.
         """
-        connection = self.session.connection()
+        connection = self._connection()
         if is_sqlite(connection) and not begins_immediate(connection.engine):
             raw = connection.connection.dbapi_connection
             if raw is not None and not getattr(raw, "in_transaction", True):
@@ -205,7 +255,7 @@ class RunRepository:
         return Statements(connection)
 
     def _read_statements(self) -> Statements:
-        return Statements(self.session.connection())
+        return Statements(self._connection())
 
     def _now(self) -> int:
         now = self._clock()
@@ -219,7 +269,7 @@ class RunRepository:
         return self.root_hash
 
     def _advisory_locks(self, sql: Statements, keys: Iterable[str]) -> None:
-        if is_postgresql(self.session.connection()):
+        if is_postgresql(self._connection()):
             for key in sorted(set(keys)):
                 sql.one("advisory_lock", key=_advisory_key(key))
 
@@ -274,7 +324,7 @@ class RunRepository:
         sql: Statements, head: _RunHead, type_: str, payload: Document
     ) -> tuple[Document, str]:
         """Append one event to a locked run: O(1), the stored projection is the base."""
-        current = _parse_document(head.projection_json)
+        current = head.document()
         if current.get("sequence") != head.sequence or current.get("eventHash") != head.event_hash:
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
@@ -394,7 +444,7 @@ class RunRepository:
             event_hash=event_hash,
         )
         self._record(sql, run_id, operation_id, START, projection_json)
-        return _projection(created)
+        return _built(created)
 
     @_coded
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
@@ -410,7 +460,7 @@ class RunRepository:
         if replay is not None:
             return replay
         head = self._require_head(sql, run_id, lock=True)
-        current = _parse_document(head.projection_json)
+        current = head.document()
         if current.get("stage") != "abel-design" or not current.get("provisionalKey"):
             raise InvalidTransitionError("change-binding-not-allowed")
         owner = sql.one(
@@ -424,7 +474,7 @@ class RunRepository:
         sql.write("bind_change", run_id=run_id, lookup_key=f"change:{change}", change_name=change)
         document, projection_json = self._append(sql, head, CHANGE_BOUND, {"change": change})
         self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json)
-        return _projection(document)
+        return _built(document)
 
     # -- delivery bindings -------------------------------------------------------------
 
@@ -480,7 +530,7 @@ class RunRepository:
             }
         document, projection_json = self._append(sql, head, DELIVERY_BOUND, payload)
         self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
-        return _projection(document)
+        return _built(document)
 
     @_coded
     def bind_delivery(
@@ -590,13 +640,12 @@ class RunRepository:
             raise RunNotFoundError("run-not-found")
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
-        current = _parse_document(head.projection_json)
-        payload: Document = {"from": current.get("state"), "to": to}
+        payload: Document = {"from": head.document().get("state"), "to": to}
         if checked_code is not None:
             payload["code"] = checked_code
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
         self._record(sql, run_id, operation_id, TRANSITIONED, projection_json)
-        return _projection(document), True
+        return _built(document), True
 
     # -- leases ------------------------------------------------------------------------
 
@@ -761,7 +810,7 @@ class RunRepository:
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
         fetched in batches (a chain is never loaded whole)."""
-        connection = self.session.connection()
+        connection = self._connection()
         try:
             yield from Statements(connection).stream("events_of_run", EVENT_BATCH, run_id=run_id)
         except Exception as error:

@@ -36,8 +36,14 @@ class UnitOfWork:
 
     @property
     def session(self) -> Session:
-        if self._session is None:
+        """A `Session` joined to this transaction (made on first use)."""
+        if self._connection is None:
             raise StoreUnavailableError("unit-of-work-not-active")
+        if self._session is None:
+            # only this object commits; a session commit() just flushes
+            self._session = Session(
+                bind=self._connection, join_transaction_mode="rollback_only", expire_on_commit=False
+            )
         return self._session
 
     @property
@@ -55,15 +61,15 @@ class UnitOfWork:
             raise translate_database_error(error) from error
         try:
             begin_write(connection)
-        except DBAPIError as error:
+        except Exception as error:
             connection.close()
-            raise translate_database_error(error) from error
+            if is_database_error(error, self._dbapi):
+                raise translate_database_error(error) from error
+            raise
         self._connection = connection
-        # The session joins the open transaction; only this object commits it.
-        self._session = Session(
-            bind=connection, join_transaction_mode="rollback_only", expire_on_commit=False
+        self._runs = RunRepository.on_connection(
+            connection, lambda: self.session, root_hash=self._root_hash, clock=self._clock
         )
-        self._runs = RunRepository(self._session, root_hash=self._root_hash, clock=self._clock)
         return self
 
     def __exit__(
@@ -73,12 +79,13 @@ class UnitOfWork:
         traceback: TracebackType | None,
     ) -> None:
         connection, session = self._connection, self._session
-        assert connection is not None and session is not None
+        assert connection is not None
         self._connection = self._session = self._runs = None
         try:
             if exc_type is None:
                 try:
-                    session.flush()
+                    if session is not None:
+                        session.flush()
                     connection.commit()
                 except Exception as error:
                     _rollback_quietly(session, connection)
@@ -90,14 +97,16 @@ class UnitOfWork:
                 if exc is not None and is_database_error(exc, self._dbapi):
                     raise translate_database_error(exc) from exc
         finally:
-            session.close()
+            if session is not None:
+                session.close()
             connection.close()
 
 
-def _rollback_quietly(session: Session, connection: Connection) -> None:
+def _rollback_quietly(session: Session | None, connection: Connection) -> None:
     # The failure that got us here stays authoritative.
     try:
-        session.rollback()
+        if session is not None:
+            session.rollback()
     except Exception:
         pass
     try:

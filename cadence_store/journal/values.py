@@ -63,6 +63,52 @@ class RunProjection(_Value):
         projection._document = document
         return projection
 
+    @classmethod
+    def from_trusted_document(cls, document: dict[str, Any]) -> RunProjection:
+        """Wrap a projection this library just built (`apply_event`), without validating
+        it again: the append hot path builds one per call."""
+        bindings = tuple(
+            DeliveryBinding.model_construct(
+                gate=binding["gate"],
+                revision=binding["revision"],
+                receipt_hash=binding["receiptHash"],
+                approval_proof=None
+                if (proof := binding.get("approvalProof")) is None
+                else ApprovalProof.model_construct(
+                    revision=proof["revision"],
+                    contract_hash=proof["contractHash"],
+                    record_hash=proof["recordHash"],
+                ),
+            )
+            for binding in document["deliveryBindings"]
+        )
+        projection = cls.model_construct(
+            run_id=document["runId"],
+            root_hash=document["rootHash"],
+            stage=document["stage"],
+            change=document.get("change"),
+            provisional_key=document.get("provisionalKey"),
+            state=document["state"],
+            sequence=document["sequence"],
+            event_hash=document["eventHash"],
+            delivery_revision=document.get("deliveryRevision"),
+            delivery_bindings=bindings,
+            pause_code=document.get("pauseCode"),
+            terminal=document.get("terminal"),
+        )
+        projection._document = document
+        return projection
+
+    def __eq__(self, other: object) -> bool:
+        # equal field values; the key order kept for byte-level compatibility is not
+        # part of a projection's identity
+        if not isinstance(other, RunProjection):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash((self.run_id, self.sequence, self.event_hash))
+
     def document(self) -> dict[str, Any]:
         """The projection object in cadence 1.x key order (a copy)."""
         if self._document is not None:

@@ -43,6 +43,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy.engine import make_url
 
 import cadence_store
 from cadence_store import RunStore
@@ -52,12 +53,14 @@ CHILD = Path(__file__).resolve().with_name("crash_child.py")
 ROOT_HASH = "ab" * 32
 SEED = 20261129
 KILLS = 30  # per engine and workload, fork server
-FRESH_KILLS = 4  # per engine, fresh interpreter per kill
+FRESH_KILLS = 5  # per engine, fresh interpreter per kill
 SLOW_KILLS = {"fork": 100, "fresh": 25}
 MAX_ACKS_BEFORE_KILL = 12
 MAX_DELAY_S = 0.008  # a few calls' worth
 EARLY_KILL_RATE = 0.1  # kill before the child has even opened its store
 LINE_TIMEOUT_S = 60  # no line for that long: the child is hung (a bug)
+SETTLE_TIMEOUT_S = 30
+CHILD_APP = "crash-child"
 
 WORKLOADS = ("append", "start", "lease")
 
@@ -389,6 +392,43 @@ class LeaseCheck:
 CHECKS = {"append": AppendCheck, "start": StartCheck, "lease": LeaseCheck}
 
 
+def child_url(url: str, generation: str) -> str:
+    """On PostgreSQL the child's sessions carry an application_name, so that the test
+    can tell when the server has finished with them."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return url
+    named = parsed.update_query_dict({"application_name": f"{CHILD_APP}-{generation}"})
+    return named.render_as_string(hide_password=False)
+
+
+def child_sessions(db: Engine, generation: str = "%") -> int:
+    """How many server sessions of the child(ren) are there (PostgreSQL)."""
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name LIKE :name"
+    )
+    with db.connect() as connection:
+        return int(connection.execute(query, {"name": f"{CHILD_APP}-{generation}"}).scalar_one())
+
+
+def settle(db: Engine) -> float:
+    """Wait until the server has finished every session of the killed child.
+
+    SIGKILL ends the client, not its server session: a COMMIT the child sent just before
+    it died is still carried out after the child is gone (so an unacknowledged call may
+    commit late; an acknowledged one has committed already). The checks must see the
+    store after that, not race it. SQLite has no server: nothing outlives the process.
+    """
+    if db.dialect.name != "postgresql":
+        return 0.0
+    started = time.monotonic()
+    while child_sessions(db) > 0:
+        assert time.monotonic() - started < SETTLE_TIMEOUT_S, "the killed child's session lingers"
+        time.sleep(0.002)  # polling for a condition, not a timing assertion
+    return time.monotonic() - started
+
+
 def campaign(launcher: Any, mode: str, url: str, kills: int) -> dict[str, Any]:
     """Start, kill and reap `kills` children, checking the store after each kill."""
     cadence_store.upgrade(url)
@@ -402,10 +442,11 @@ def campaign(launcher: Any, mode: str, url: str, kills: int) -> dict[str, Any]:
             check = CHECKS[mode](store, db)
             started = time.monotonic()
             early = 0
-            busy = calls = 0.0
+            busy = calls = settled = 0.0
+            seen_session = False
             for kill in range(kills):
                 generation = f"g{kill}"
-                child = launcher.start(mode, url, check.run_id, generation)
+                child = launcher.start(mode, child_url(url, generation), check.run_id, generation)
                 lines: list[str] = []
                 if rng.random() < EARLY_KILL_RATE:
                     early += 1  # while it starts up and opens its store
@@ -413,6 +454,10 @@ def campaign(launcher: Any, mode: str, url: str, kills: int) -> dict[str, Any]:
                     line = child.next_line()
                     assert line == "open", line
                     lines.append(line)
+                    if db.dialect.name == "postgresql" and not seen_session:
+                        # the open store's pooled session is there, named: settle() works
+                        assert child_sessions(db, generation) >= 1
+                        seen_session = True
                     target = rng.randint(0, MAX_ACKS_BEFORE_KILL)
                     while sum(line.startswith("ack ") for line in lines) < target:
                         line = child.next_line()
@@ -423,6 +468,7 @@ def campaign(launcher: Any, mode: str, url: str, kills: int) -> dict[str, Any]:
                         lines.append(line)
                 time.sleep(rng.uniform(0, MAX_DELAY_S))
                 lines += child.kill_and_reap()
+                settled = max(settled, settle(db))
                 errors = [line for line in lines if line.startswith("error ")]
                 assert not errors, errors
                 acks = [json.loads(line[4:]) for line in lines if line.startswith("ack ")]
@@ -438,6 +484,7 @@ def campaign(launcher: Any, mode: str, url: str, kills: int) -> dict[str, Any]:
             "unacked_committed": check.unacked_committed,
             "seconds": round(elapsed, 2),
             "acked_calls_per_s": round(calls / busy) if busy else None,
+            "longest_settle_ms": round(settled * 1000, 1),
             **({"recovered_leases": check.recovered} if isinstance(check, LeaseCheck) else {}),
         }
     finally:

@@ -1123,6 +1123,17 @@ class StoreMachine(RuleBasedStateMachine):
     def clock_jumps_forward(self, jump: int) -> None:
         self.clock.now += jump
 
+    @rule(pick=st.integers(0, 20), past=st.booleans())
+    def clock_jumps_to_a_lease_expiry(self, pick: int, past: bool) -> None:
+        """Exactly onto a live lease's expiry (still live) or one millisecond past it."""
+        expiries = sorted(
+            row.expires
+            for row in self.model.ops.values()
+            if row.state == "running" and row.expires is not None and row.expires >= self.clock.now
+        )
+        if expiries:
+            self.clock.now = expiries[pick % len(expiries)] + (1 if past else 0)
+
     # -- invariants ---------------------------------------------------------------------
 
     @invariant()
