@@ -28,7 +28,9 @@ from .journal import (
 from .models import OWNED_TABLES
 from .repository import RunRepository
 from .schema import host_include_object, upgrade
+from .state_root import StateRoot, prepare_state_root, resolve_state_root
 from .store import RunStore
+from .transfer import copy_store, export_store, import_store, verify_export
 from .unit_of_work import UnitOfWork
 
 __version__ = "0.1.0"
@@ -53,12 +55,19 @@ __all__ = [
     "RunRepository",
     "RunStore",
     "SchemaOutOfDateError",
+    "StateRoot",
     "StateRootError",
     "StoreBusyError",
     "StoreFormatError",
     "StoreUnavailableError",
     "UnitOfWork",
     "configure_engine",
+    "copy_store",
+    "export_store",
     "host_include_object",
+    "import_store",
+    "prepare_state_root",
+    "resolve_state_root",
     "upgrade",
+    "verify_export",
 ]

@@ -15,9 +15,10 @@ can deadlock:
 On SQLite the transaction itself is the lock (BEGIN IMMEDIATE), and `FOR UPDATE` renders
 as nothing.
 
-The hot path uses Core statements on the session's connection: the ORM's per-object
-bookkeeping was the largest cost of an append (NOTES-engines), and an append only needs
-the locked run row, one INSERT and one UPDATE — O(1) in the chain's length.
+The hot path runs Core statements, compiled once (`sql.py`), on the DB-API cursor of the
+session's connection: the ORM's and SQLAlchemy's per-call work was the largest cost of an
+append (NOTES-engines), and an append only needs the locked run row, one INSERT and one
+UPDATE — O(1) in the chain's length.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,27 @@ from cadence_store import RunStore  # noqa: E402
 from cadence_store.models import delivery_bindings, events, operations, runs  # noqa: E402
 
 WORKERS = 4
-APPENDS = 40  # per worker, (a)
-ROUNDS = 6  # rounds of the per-round races
-DISTINCT_RUNS = 20  # per worker, (c)
 TIMEOUT_S = 90  # a worker that has not reported by then is hung: a bug
+
+
+@dataclass(frozen=True)
+class Sizes:
+    appends: int  # per worker, (a)
+    rounds: int  # rounds of each per-round race
+    distinct_runs: int  # per worker, (c)
+
+
+QUICK = Sizes(appends=40, rounds=10, distinct_runs=20)
+LONG = Sizes(appends=250, rounds=60, distinct_runs=150)
+
+
+@pytest.fixture(
+    params=[pytest.param(QUICK, id="quick"), pytest.param(LONG, id="long", marks=pytest.mark.slow)]
+)
+def sizes(request: pytest.FixtureRequest) -> Sizes:
+    """Every contention test runs bounded ("quick"), and larger with --slow ("long")."""
+    size: Sizes = request.param
+    return size
 
 
 class WorkerPool:
@@ -189,26 +207,30 @@ def test_workers_are_fresh_spawned_interpreters(pool, sqlite_database_url: str) 
 # -- (a) appends to one run ------------------------------------------------------------
 
 
-def test_processes_appending_to_one_run_lose_nothing(pool, store, store_url, db) -> None:
+def test_processes_appending_to_one_run_lose_nothing(pool, store, store_url, db, sizes) -> None:
     run = store.start_run("abel-implement", change="contended", operation_id="start")
     base = store.transition(run.run_id, "paused", operation_id="t0").sequence
 
-    reports = pool.run("append_transitions", store_url, {"run_id": run.run_id, "count": APPENDS})
+    reports = pool.run(
+        "append_transitions", store_url, {"run_id": run.run_id, "count": sizes.appends}
+    )
 
     errors = [error for report in reports for error in report["errors"]]
     assert errors == [], errors
     appended = sorted(s for report in reports for s in report["sequences"])
-    assert appended == list(range(base + 1, base + 1 + WORKERS * APPENDS))
+    assert appended == list(range(base + 1, base + 1 + WORKERS * sizes.appends))
     final = store.verify_integrity(run.run_id)
-    assert final.sequence == base + WORKERS * APPENDS
+    assert final.sequence == base + WORKERS * sizes.appends
     chain = assert_chain(store, run.run_id)
-    assert Counter(event.type for event in chain)["state-transitioned"] == 1 + WORKERS * APPENDS
-    assert count_rows(db, operations) == 2 + WORKERS * APPENDS
+    assert (
+        Counter(event.type for event in chain)["state-transitioned"] == 1 + WORKERS * sizes.appends
+    )
+    assert count_rows(db, operations) == 2 + WORKERS * sizes.appends
     for index, report in enumerate(reports):
         # each worker's own appends came back in increasing order
         assert report["sequences"] == sorted(report["sequences"])
         last = store.transition(
-            run.run_id, "paused", operation_id=f"w{index}-t{APPENDS - 1}", code="replay"
+            run.run_id, "paused", operation_id=f"w{index}-t{sizes.appends - 1}", code="replay"
         )
         assert last.sequence == report["sequences"][-1]  # a replay, not a new event
     assert store.status(run.run_id).sequence == final.sequence
@@ -217,37 +239,37 @@ def test_processes_appending_to_one_run_lose_nothing(pool, store, store_url, db)
 # -- (b) one change, distinct operation ids --------------------------------------------
 
 
-def test_processes_starting_one_change_share_one_run(pool, store, store_url, db) -> None:
-    reports = pool.run("start_one_change", store_url, {"rounds": ROUNDS, "prefix": "shared"})
+def test_processes_starting_one_change_share_one_run(pool, store, store_url, db, sizes) -> None:
+    reports = pool.run("start_one_change", store_url, {"rounds": sizes.rounds, "prefix": "shared"})
 
-    for round_ in range(ROUNDS):
+    for round_ in range(sizes.rounds):
         returned = {report[round_] for report in reports}
         assert len(returned) == 1, f"round {round_}: {returned}"
         (run_id,) = returned
         assert count_rows(db, runs, runs.c.lookup_key == f"change:shared-{round_}") == 1
         assert count_rows(db, operations, operations.c.run_id == run_id) == WORKERS
         assert assert_chain(store, run_id)[-1].sequence == 1
-    assert count_rows(db, runs) == ROUNDS
-    assert count_rows(db, events) == ROUNDS
+    assert count_rows(db, runs) == sizes.rounds
+    assert count_rows(db, events) == sizes.rounds
 
 
 # -- (c) distinct changes --------------------------------------------------------------
 
 
-def test_processes_starting_distinct_changes_lose_no_run(pool, store, store_url, db) -> None:
-    reports = pool.run("start_distinct_changes", store_url, {"count": DISTINCT_RUNS})
+def test_processes_starting_distinct_changes_lose_no_run(pool, store, store_url, db, sizes) -> None:
+    reports = pool.run("start_distinct_changes", store_url, {"count": sizes.distinct_runs})
 
     run_ids = [run_id for report in reports for run_id in report]
-    assert len(run_ids) == len(set(run_ids)) == WORKERS * DISTINCT_RUNS
-    assert count_rows(db, runs) == WORKERS * DISTINCT_RUNS
-    assert count_rows(db, events) == WORKERS * DISTINCT_RUNS
-    assert count_rows(db, operations) == WORKERS * DISTINCT_RUNS
+    assert len(run_ids) == len(set(run_ids)) == WORKERS * sizes.distinct_runs
+    assert count_rows(db, runs) == WORKERS * sizes.distinct_runs
+    assert count_rows(db, events) == WORKERS * sizes.distinct_runs
+    assert count_rows(db, operations) == WORKERS * sizes.distinct_runs
     assert sorted(store.run_ids()) == sorted(run_ids)
     with db.connect() as connection:
         keys = set(connection.execute(select(runs.c.lookup_key)).scalars())
-    assert keys == {f"change:w{i}-c{n}" for i in range(WORKERS) for n in range(DISTINCT_RUNS)}
+    assert keys == {f"change:w{i}-c{n}" for i in range(WORKERS) for n in range(sizes.distinct_runs)}
     for index, report in enumerate(reports):
-        for n in (0, DISTINCT_RUNS - 1):
+        for n in (0, sizes.distinct_runs - 1):
             projection = store.status(report[n])
             assert projection.change == f"w{index}-c{n}"
             assert store.verify_integrity(report[n]) == projection
@@ -259,33 +281,35 @@ def test_processes_starting_distinct_changes_lose_no_run(pool, store, store_url,
 def test_processes_sending_one_start_all_get_its_recorded_outcome(
     pool, store, store_url, db
 ) -> None:
-    reports = pool.run("start_same_operation", store_url, {"rounds": ROUNDS, "prefix": "idem"})
+    reports = pool.run(
+        "start_same_operation", store_url, {"rounds": sizes.rounds, "prefix": "idem"}
+    )
 
-    for round_ in range(ROUNDS):
+    for round_ in range(sizes.rounds):
         projections = [report[round_] for report in reports]
         assert all(p == projections[0] for p in projections), projections
         run_id = projections[0]["runId"]
         assert store.status(run_id).model_dump(mode="json", by_alias=True) == projections[0]
         assert count_rows(db, operations, operations.c.run_id == run_id) == 1
         assert_chain(store, run_id)
-    assert count_rows(db, runs) == ROUNDS
-    assert count_rows(db, events) == ROUNDS
+    assert count_rows(db, runs) == sizes.rounds
+    assert count_rows(db, events) == sizes.rounds
 
 
 # -- (d) lease fencing -----------------------------------------------------------------
 
 
-def test_only_the_live_lease_appends_and_commits(pool, store, store_url, db) -> None:
+def test_only_the_live_lease_appends_and_commits(pool, store, store_url, db, sizes) -> None:
     run = store.start_run("abel-implement", change="leased", operation_id="start")
     base = store.transition(run.run_id, "paused", operation_id="t0").sequence
 
     reports = pool.run(
         "lease_holders",
         store_url,
-        {"run_id": run.run_id, "rounds": ROUNDS, "workers": WORKERS},
+        {"run_id": run.run_id, "rounds": sizes.rounds, "workers": WORKERS},
     )
 
-    for round_ in range(ROUNDS):
+    for round_ in range(sizes.rounds):
         holders = [report[round_] for report in reports]
         assert len({holder["token"] for holder in holders}) == WORKERS
         (live,) = [i for i, holder in enumerate(holders) if holder["position"] == WORKERS - 1]
@@ -300,19 +324,19 @@ def test_only_the_live_lease_appends_and_commits(pool, store, store_url, db) -> 
         assert status is not None
         assert (status.state, status.outcome) == ("committed", {"holder": live, "round": round_})
     chain = assert_chain(store, run.run_id)
-    assert len(chain) == base + ROUNDS  # one append per round: the live holder's
+    assert len(chain) == base + sizes.rounds  # one append per round: the live holder's
     transitions = count_rows(db, operations, operations.c.kind == "state-transitioned")
-    assert transitions == 1 + ROUNDS
+    assert transitions == 1 + sizes.rounds
 
 
-def test_a_commit_racing_preemption_is_fenced_or_first(pool, store, store_url, db) -> None:
+def test_a_commit_racing_preemption_is_fenced_or_first(pool, store, store_url, db, sizes) -> None:
     run = store.start_run("abel-implement", change="preempted", operation_id="start")
 
     reports = pool.run(
-        "preempt_while_committing", store_url, {"run_id": run.run_id, "rounds": ROUNDS}
+        "preempt_while_committing", store_url, {"run_id": run.run_id, "rounds": sizes.rounds}
     )
 
-    for round_ in range(ROUNDS):
+    for round_ in range(sizes.rounds):
         first_holder = reports[0][round_]
         if first_holder["first"][0] != "ok":  # preempted before it committed
             assert failure(first_holder["first"]) == ("LeaseFencedError", "lease-fenced")
@@ -333,15 +357,17 @@ def test_a_commit_racing_preemption_is_fenced_or_first(pool, store, store_url, d
 # -- (e) one delivery revision, different receipts -------------------------------------
 
 
-def test_one_receipt_wins_a_delivery_revision(pool, store, store_url, db) -> None:
+def test_one_receipt_wins_a_delivery_revision(pool, store, store_url, db, sizes) -> None:
     run = store.start_run("abel-implement", change="delivered", operation_id="start")
 
-    reports = pool.run("bind_one_revision", store_url, {"run_id": run.run_id, "rounds": ROUNDS})
+    reports = pool.run(
+        "bind_one_revision", store_url, {"run_id": run.run_id, "rounds": sizes.rounds}
+    )
 
     chain = assert_chain(store, run.run_id)
     bound = [event for event in chain if event.type == "delivery-bound"]
-    assert [event.payload["revision"] for event in bound] == list(range(1, ROUNDS + 1))
-    for round_ in range(ROUNDS):
+    assert [event.payload["revision"] for event in bound] == list(range(1, sizes.rounds + 1))
+    for round_ in range(sizes.rounds):
         outcomes = [report[round_] for report in reports]
         winners = [i for i, outcome in enumerate(outcomes) if outcome["status"] == "ok"]
         assert len(winners) == 1, outcomes
@@ -365,6 +391,6 @@ def test_one_receipt_wins_a_delivery_revision(pool, store, store_url, db) -> Non
         assert rows == [(workers.receipt_hash(round_, winner), f"b{round_}-w{winner}")]
         assert bound[round_].payload["receiptHash"] == workers.receipt_hash(round_, winner)
         assert outcomes[winner]["value"] == bound[round_].sequence
-    assert count_rows(db, delivery_bindings) == ROUNDS
-    assert len(bound) == ROUNDS
-    assert store.status(run.run_id).delivery_revision == ROUNDS
+    assert count_rows(db, delivery_bindings) == sizes.rounds
+    assert len(bound) == sizes.rounds
+    assert store.status(run.run_id).delivery_revision == sizes.rounds
