@@ -14,6 +14,8 @@ import random
 import sqlite3
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -116,6 +118,37 @@ def begin_write(connection: Connection) -> None:
     connection.begin()  # SQLAlchemy's transaction; pysqlite sends nothing for it
     if is_sqlite(connection) and not begins_immediate(connection.engine):
         begin_immediate(connection)
+
+
+@contextmanager
+def read_snapshot(connection: Connection) -> Iterator[None]:
+    """A read-only transaction: every read inside sees one snapshot of the database.
+
+    Without it each statement sees its own snapshot, and a run row read before its events
+    can be older than the events an appender committed in between (a false integrity
+    alarm). SQLite: a deferred BEGIN on the driver connection (not SQLAlchemy's begin,
+    which a `configure_engine` engine turns into BEGIN IMMEDIATE, a write lock);
+    PostgreSQL: REPEATABLE READ, READ ONLY.
+    """
+    if is_sqlite(connection):
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        began = not raw.in_transaction
+        if began:
+            raw.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if began and raw.in_transaction:
+                raw.rollback()
+        return
+    connection.begin()
+    try:
+        if is_postgresql(connection):
+            connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+    finally:
+        connection.rollback()
 
 
 def begin_immediate(connection: Connection) -> None:

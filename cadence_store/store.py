@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from .engine import create_store_engine, enable_wal, is_sqlite
+from .engine import create_store_engine, enable_wal, is_sqlite, read_snapshot
 from .errors import (
     SchemaOutOfDateError,
     StoreBusyError,
@@ -214,9 +214,13 @@ class RunStore:
     def _reading(self) -> Iterator[RunRepository]:
         self._assert_open()
         try:
-            with self.engine.connect() as connection, Session(bind=connection) as session:
-                yield RunRepository(session, root_hash=self.root_hash, clock=self._clock)
-                connection.rollback()
+            with self.engine.connect() as connection, read_snapshot(connection):
+                yield RunRepository.on_connection(
+                    connection,
+                    lambda: Session(bind=connection),
+                    root_hash=self.root_hash,
+                    clock=self._clock,
+                )
         except Exception as error:
             if is_database_error(error, self.engine.dialect.loaded_dbapi):
                 raise translate_database_error(error) from error

@@ -21,8 +21,10 @@ Two ways to run it (``python crash_child.py ...``):
 MODE is ``append`` (transitions paused -> paused of RUN_ID), ``start`` (start_run of a
 new change each time; RUN_ID is ignored) or ``lease`` (acquire, renew, an append with the
 lease, commit; on RUN_ID). Operation ids carry GENERATION, so that each child's are new.
-Lines: ``open`` once the store is open, ``ack {json}`` per acknowledged call,
-``error {json}`` if a call raised (the child then exits 3: the test fails on it).
+Lines: ``open`` once the store is open, ``call NAME`` just before each call,
+``ack {json}`` once it returned, ``error {json}`` if a call raised (the child then exits
+3: the test fails on it). A kill after a ``call`` line and before its ``ack`` hit the
+call in flight (its transaction may or may not have committed).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def work(mode: str, url: str, run_id: str, generation: str) -> None:
         while time.monotonic() < deadline:
             if mode == "append":
                 operation_id = f"{generation}-a{n}"
+                emit("call append")
                 projection = store.transition(
                     run_id, "paused", operation_id=operation_id, code=operation_id
                 )
@@ -72,6 +75,7 @@ def work(mode: str, url: str, run_id: str, generation: str) -> None:
             elif mode == "start":
                 operation_id = f"{generation}-s{n}"
                 change = f"crash-{generation}-{n}"
+                emit("call start")
                 projection = store.start_run(
                     "abel-implement", change=change, operation_id=operation_id
                 )
@@ -84,11 +88,14 @@ def work(mode: str, url: str, run_id: str, generation: str) -> None:
                 )
             elif mode == "lease":
                 operation_id = f"{generation}-l{n}"
+                emit("call acquire")
                 lease = store.acquire_lease(run_id, operation_id, LEASE_TTL_MS)
                 ack(kind="acquire", op=operation_id, lease=lease.model_dump(mode="json"))
+                emit("call renew")
                 lease = store.renew_lease(lease, LEASE_TTL_MS)
                 ack(kind="renew", op=operation_id, lease=lease.model_dump(mode="json"))
                 step = f"{operation_id}-t"
+                emit("call append")
                 projection = store.transition(
                     run_id, "paused", operation_id=step, code=step, lease=lease
                 )
@@ -99,6 +106,7 @@ def work(mode: str, url: str, run_id: str, generation: str) -> None:
                     seq=projection.sequence,
                     hash=projection.event_hash,
                 )
+                emit("call commit")
                 outcome = store.commit_lease(
                     lease, {"generation": generation, "n": n, "token": lease.token}
                 )

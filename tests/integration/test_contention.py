@@ -1,11 +1,16 @@
 """Contention: several processes writing one store at once (issue 4).
 
-Every test runs on a SQLite file and on PostgreSQL (``database_url``), with WORKERS
-spawned processes (fresh interpreters, the "spawn" start method) that open their own
-``RunStore`` and then line up at a ``Barrier``, so that the contended calls really
+Every store test runs on a SQLite file and on PostgreSQL (``database_url``), with
+WORKERS spawned processes (fresh interpreters, the "spawn" start method) that open their
+own ``RunStore`` and then line up at a ``Barrier``, so that the contended calls really
 overlap. The worker functions live in ``tests/integration/workers.py``; a worker reports
-what each call returned, and what a call that may lose a race raised, through a queue.
-Sizes are bounded so that the file stays well under a minute on both engines.
+what each call returned, and what a call that may lose a race raised, through a queue;
+any other exception that reaches a worker fails the test. The workers are spawned once
+per module (``WorkerPool``: an interpreter's imports cost about a second) and each test
+hands every one of them a job; each job opens and closes its own store.
+
+Sizes are bounded ("quick": the file runs in well under a minute on both engines);
+``--slow`` adds each test again with larger sizes ("long").
 """
 
 from __future__ import annotations
@@ -49,9 +54,10 @@ LONG = Sizes(appends=250, rounds=60, distinct_runs=150)
 
 
 @pytest.fixture(
-    params=[pytest.param(QUICK, id="quick"), pytest.param(LONG, id="long", marks=pytest.mark.slow)]
+    name="sizes",
+    params=[pytest.param(QUICK, id="quick"), pytest.param(LONG, id="long", marks=pytest.mark.slow)],
 )
-def sizes(request: pytest.FixtureRequest) -> Sizes:
+def _sizes(request: pytest.FixtureRequest) -> Sizes:
     """Every contention test runs bounded ("quick"), and larger with --slow ("long")."""
     size: Sizes = request.param
     return size
@@ -191,6 +197,8 @@ def test_workers_are_fresh_spawned_interpreters(pool, sqlite_database_url: str) 
     import cadence_store
 
     cadence_store.upgrade(sqlite_database_url)
+    # the parent imported `workers` from this directory, not a namesake elsewhere
+    assert Path(workers.__file__).resolve().parent == Path(__file__).resolve().parent
     reports = pool.run("whoami", sqlite_database_url)
     assert [report["index"] for report in reports] == list(range(WORKERS))
     assert len({report["pid"] for report in reports}) == WORKERS
@@ -217,6 +225,10 @@ def test_processes_appending_to_one_run_lose_nothing(pool, store, store_url, db,
 
     errors = [error for report in reports for error in report["errors"]]
     assert errors == [], errors
+    seconds = max(report["seconds"] for report in reports)
+    print(
+        f"{WORKERS} x {sizes.appends} appends to one run: {WORKERS * sizes.appends / seconds:.0f}/s"
+    )
     appended = sorted(s for report in reports for s in report["sequences"])
     assert appended == list(range(base + 1, base + 1 + WORKERS * sizes.appends))
     final = store.verify_integrity(run.run_id)
@@ -279,7 +291,7 @@ def test_processes_starting_distinct_changes_lose_no_run(pool, store, store_url,
 
 
 def test_processes_sending_one_start_all_get_its_recorded_outcome(
-    pool, store, store_url, db
+    pool, store, store_url, db, sizes
 ) -> None:
     reports = pool.run(
         "start_same_operation", store_url, {"rounds": sizes.rounds, "prefix": "idem"}
@@ -299,34 +311,47 @@ def test_processes_sending_one_start_all_get_its_recorded_outcome(
 # -- (d) lease fencing -----------------------------------------------------------------
 
 
-def test_only_the_live_lease_appends_and_commits(pool, store, store_url, db, sizes) -> None:
+@pytest.mark.parametrize("group", [2, 4], ids=["pairs", "chain-of-4"])
+def test_only_the_live_lease_appends_and_commits(pool, store, store_url, db, sizes, group) -> None:
+    """Two holders of one lease operation (pairs: two such races at once), or four in a
+    chain, the later ones acquiring with preempt=True; then all append with their lease
+    at one barrier, and all commit with it at the next: only the live lease succeeds, each
+    stale holder gets LeaseFencedError `lease-fenced`."""
     run = store.start_run("abel-implement", change="leased", operation_id="start")
     base = store.transition(run.run_id, "paused", operation_id="t0").sequence
 
     reports = pool.run(
-        "lease_holders",
-        store_url,
-        {"run_id": run.run_id, "rounds": sizes.rounds, "workers": WORKERS},
+        "lease_holders", store_url, {"run_id": run.run_id, "rounds": sizes.rounds, "group": group}
     )
 
+    groups = WORKERS // group
     for round_ in range(sizes.rounds):
         holders = [report[round_] for report in reports]
         assert len({holder["token"] for holder in holders}) == WORKERS
-        (live,) = [i for i, holder in enumerate(holders) if holder["position"] == WORKERS - 1]
-        for index, holder in enumerate(holders):
-            if index == live:
-                assert holder["transition"][0] == "ok", holder["transition"]
-                assert holder["commit"] == ("ok", {"holder": live, "round": round_})
-            else:
-                assert failure(holder["transition"]) == ("LeaseFencedError", "lease-fenced")
-                assert failure(holder["commit"]) == ("LeaseFencedError", "lease-fenced")
-        status = store.inspect_operation(run.run_id, f"lease-{round_}")
-        assert status is not None
-        assert (status.state, status.outcome) == ("committed", {"holder": live, "round": round_})
+        for members in (range(g * group, (g + 1) * group) for g in range(groups)):
+            (live,) = [i for i in members if holders[i]["live"]]
+            operation_id = holders[live]["operation_id"]
+            for index in members:
+                holder = holders[index]
+                assert holder["operation_id"] == operation_id
+                if index == live:
+                    assert holder["transition"][0] == "ok", holder["transition"]
+                    assert holder["commit"] == ("ok", {"holder": live, "round": round_})
+                else:
+                    assert failure(holder["transition"]) == ("LeaseFencedError", "lease-fenced")
+                    assert failure(holder["commit"]) == ("LeaseFencedError", "lease-fenced")
+            status = store.inspect_operation(run.run_id, operation_id)
+            assert status is not None
+            assert (status.state, status.outcome) == (
+                "committed",
+                {"holder": live, "round": round_},
+            )
     chain = assert_chain(store, run.run_id)
-    assert len(chain) == base + sizes.rounds  # one append per round: the live holder's
+    # one append per group and round: the live holder's
+    assert len(chain) == base + sizes.rounds * groups
     transitions = count_rows(db, operations, operations.c.kind == "state-transitioned")
-    assert transitions == 1 + sizes.rounds
+    assert transitions == 1 + sizes.rounds * groups
+    assert count_rows(db, operations, operations.c.kind == "lease") == sizes.rounds * groups
 
 
 def test_a_commit_racing_preemption_is_fenced_or_first(pool, store, store_url, db, sizes) -> None:
@@ -394,3 +419,180 @@ def test_one_receipt_wins_a_delivery_revision(pool, store, store_url, db, sizes)
     assert count_rows(db, delivery_bindings) == sizes.rounds
     assert len(bound) == sizes.rounds
     assert store.status(run.run_id).delivery_revision == sizes.rounds
+
+
+def test_one_receipt_binds_once_for_every_process(pool, store, store_url, db, sizes) -> None:
+    run = store.start_run("abel-implement", change="same-receipt", operation_id="start")
+
+    reports = pool.run(
+        "bind_same_receipt", store_url, {"run_id": run.run_id, "rounds": sizes.rounds}
+    )
+
+    chain = assert_chain(store, run.run_id)
+    assert len(chain) == 1 + sizes.rounds  # one delivery-bound event per revision
+    for round_ in range(sizes.rounds):
+        # every caller got the projection with the binding: the event's own sequence
+        assert {report[round_] for report in reports} == {round_ + 2}
+    assert count_rows(db, delivery_bindings) == sizes.rounds
+    assert count_rows(db, operations) == 1 + WORKERS * sizes.rounds
+
+
+# -- more leases and keys ----------------------------------------------------------------
+
+
+def test_processes_acquiring_one_lease_share_its_token(pool, store, store_url, db, sizes) -> None:
+    run = store.start_run("abel-implement", change="shared-lease", operation_id="start")
+
+    reports = pool.run(
+        "acquire_one_lease",
+        store_url,
+        {"run_id": run.run_id, "rounds": sizes.rounds, "exclusive": False, "prefix": "shared"},
+    )
+
+    for round_ in range(sizes.rounds):
+        outcomes = [report[round_] for report in reports]
+        assert all(outcome["status"] == "ok" for outcome in outcomes), outcomes
+        tokens = {outcome["value"] for outcome in outcomes}
+        assert len(tokens) == 1, tokens
+    assert count_rows(db, operations, operations.c.kind == "lease") == sizes.rounds
+
+
+def test_an_exclusive_lease_admits_one_process(pool, store, store_url, db, sizes) -> None:
+    run = store.start_run("abel-implement", change="exclusive-lease", operation_id="start")
+
+    reports = pool.run(
+        "acquire_one_lease",
+        store_url,
+        {"run_id": run.run_id, "rounds": sizes.rounds, "exclusive": True, "prefix": "only"},
+    )
+
+    for round_ in range(sizes.rounds):
+        outcomes = [report[round_] for report in reports]
+        winners = [outcome for outcome in outcomes if outcome["status"] == "ok"]
+        assert len(winners) == 1, outcomes
+        for outcome in outcomes:
+            if outcome["status"] != "ok":
+                assert failure((outcome["status"], outcome["value"])) == (
+                    "OperationConflictError",
+                    "operation-already-running",
+                )
+        status = store.inspect_operation(run.run_id, f"only-{round_}")
+        assert status is not None and status.state == "running"
+    assert count_rows(db, operations, operations.c.kind == "lease") == sizes.rounds
+
+
+def test_one_design_run_claims_a_change(pool, store, store_url, db, sizes) -> None:
+    run_ids = [
+        [
+            store.start_run(
+                "abel-design",
+                provisional_key=f"{round_:032x}{index:032x}",
+                operation_id=f"design-{round_}-{index}",
+            ).run_id
+            for index in range(WORKERS)
+        ]
+        for round_ in range(sizes.rounds)
+    ]
+
+    reports = pool.run("claim_one_change", store_url, {"rounds": sizes.rounds, "run_ids": run_ids})
+
+    for round_ in range(sizes.rounds):
+        outcomes = [report[round_] for report in reports]
+        winners = [i for i, outcome in enumerate(outcomes) if outcome["status"] == "ok"]
+        assert len(winners) == 1, outcomes
+        (winner,) = winners
+        for index, outcome in enumerate(outcomes):
+            run_id = run_ids[round_][index]
+            if index == winner:
+                assert store.status(run_id).change == f"claimed-{round_}"
+                assert assert_chain(store, run_id)[-1].type == "change-bound"
+            else:
+                assert failure((outcome["status"], outcome["value"])) == (
+                    "OperationConflictError",
+                    "change-run-already-exists",
+                )
+                assert store.status(run_id).change is None
+                assert len(assert_chain(store, run_id)) == 1
+        owners = count_rows(db, runs, runs.c.lookup_key == f"change:claimed-{round_}")
+        assert owners == 1
+
+
+# -- reading while others append -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "verify_integrity",
+        "list_events",
+    ],
+)
+def test_reading_a_run_while_processes_append(pool, store, store_url, db, sizes, read) -> None:
+    """A healthy chain verifies whenever it is read: a reader sees one consistent state,
+    however many processes append meanwhile."""
+    run = store.start_run("abel-implement", change="read-while-append", operation_id="start")
+    store.transition(run.run_id, "paused", operation_id="t0")
+    appends = max(sizes.appends, 100)  # per appender: hundreds of reads meet appends
+
+    final = 2 + (WORKERS - 1) * appends
+    reports = pool.run(
+        "read_while_appending",
+        store_url,
+        {"run_id": run.run_id, "count": appends, "read": read, "final": final},
+    )
+
+    errors = [(index, error) for index, report in enumerate(reports) for error in report["errors"]]
+    assert errors == [], (
+        f"{len(errors)} of {reports[0]['calls']} reads failed: "
+        f"{[(i, e['type'], e['code'], e['message']) for i, e in errors[:3]]}"
+    )
+    assert assert_chain(store, run.run_id)[-1].sequence == final
+
+
+# -- everything at once ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_mixed_workload_raises_only_the_errors_its_races_allow(
+    pool, store, store_url, db, sizes, seed
+) -> None:
+    """Appends, replays, bindings, leases (some expiring at once), starts, change claims
+    and reads from every process on a few shared runs: only the failures that a lost race
+    or a fenced lease explain reach the callers, and every chain verifies afterwards."""
+    run_ids = [
+        store.start_run("abel-implement", change=f"mixed-{k}", operation_id=f"start-{k}").run_id
+        for k in range(3)
+    ]
+    for run_id in run_ids:
+        store.transition(run_id, "paused", operation_id="t0")
+    design_ids = [
+        store.start_run(
+            "abel-design", provisional_key=f"{k:064x}", operation_id=f"design-{k}"
+        ).run_id
+        for k in range(4)
+    ]
+
+    reports = pool.run(
+        "mixed_workload",
+        store_url,
+        {
+            "run_ids": run_ids,
+            "design_ids": design_ids,
+            "count": sizes.appends * 3,
+            "seed": seed,
+        },
+    )
+
+    unexpected = [error for report in reports for error in report["unexpected"]]
+    assert unexpected == [], [
+        (e["kind"], e["type"], e["code"], e["message"]) for e in unexpected[:5]
+    ]
+    for run_id in store.run_ids():
+        assert_chain(store, run_id)
+    with db.connect() as connection:
+        claims = connection.execute(
+            select(runs.c.lookup_key, func.count())
+            .where(runs.c.lookup_key.like("change:%"))
+            .group_by(runs.c.lookup_key)
+        ).all()
+    assert all(count == 1 for _, count in claims), claims

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ HERE = str(Path(__file__).resolve().parent)
 ROOT_HASH = "ab" * 32
 BARRIER_TIMEOUT_S = 60
 LEASE_TTL_MS = 600_000  # long: these tests fence by token, never by expiry
+READ_DEADLINE_S = 60
 
 Report = dict[str, Any]
 
@@ -116,6 +118,7 @@ def append_transitions(store: Any, index: int, barrier: Any, params: Report) -> 
     sequences: list[int] = []
     errors: list[Report] = []
     barrier.wait(timeout=BARRIER_TIMEOUT_S)
+    started = time.monotonic()
     for n in range(count):
         operation_id = f"w{index}-t{n}"
         try:
@@ -126,7 +129,7 @@ def append_transitions(store: Any, index: int, barrier: Any, params: Report) -> 
             errors.append({"n": n, **describe(error)})
         else:
             sequences.append(projection.sequence)
-    return {"sequences": sequences, "errors": errors}
+    return {"sequences": sequences, "errors": errors, "seconds": time.monotonic() - started}
 
 
 def start_one_change(store: Any, index: int, barrier: Any, params: Report) -> list[str]:
@@ -168,29 +171,25 @@ def start_same_operation(store: Any, index: int, barrier: Any, params: Report) -
     return projections
 
 
-def _holder_order(round_: int, workers: int) -> list[int]:
-    return [(round_ + k) % workers for k in range(workers)]
-
-
 def lease_holders(store: Any, index: int, barrier: Any, params: Report) -> list[Report]:
-    """(d) per round, the workers acquire one lease operation one after another, each
-    later one with ``preempt=True``; all of them then hold a lease object. At one barrier
-    they all append with their lease, at the next they all commit with it: only the live
-    lease (the last acquired) may succeed."""
-    run_id, workers = params["run_id"], params["workers"]
+    """(d) The workers form groups of ``params["group"]`` (2: pairs; 4: one chain), one
+    lease operation per group and round. In a group the members acquire one after another,
+    each later one with ``preempt=True`` (the order rotates per round), so that all of
+    them hold a lease object. Then, at one barrier, everyone appends with their lease; at
+    the next, everyone commits with it: only the live lease (the last acquired) of each
+    group may succeed."""
+    run_id, group = params["run_id"], params["group"]
+    mine, member = divmod(index, group)
     rounds = []
     for round_ in range(params["rounds"]):
-        operation_id = f"lease-{round_}"
-        order = _holder_order(round_, workers)
+        operation_id = f"lease-{round_}-g{mine}"
+        position = (member + round_) % group  # this worker's turn to acquire
         lease = None
-        for position, holder in enumerate(order):  # one at a time, in `order`
-            if holder == index:
-                lease = store.acquire_lease(
-                    run_id, operation_id, LEASE_TTL_MS, preempt=position > 0
-                )
+        for turn in range(group):  # one turn at a time, every group in parallel
+            if turn == position:
+                lease = store.acquire_lease(run_id, operation_id, LEASE_TTL_MS, preempt=turn > 0)
             barrier.wait(timeout=BARRIER_TIMEOUT_S)
         assert lease is not None
-        barrier.wait(timeout=BARRIER_TIMEOUT_S)
         transition = expected_failure(
             store.transition,
             run_id,
@@ -205,8 +204,9 @@ def lease_holders(store: Any, index: int, barrier: Any, params: Report) -> list[
         commit = expected_failure(store.commit_lease, lease, {"holder": index, "round": round_})
         rounds.append(
             {
+                "operation_id": operation_id,
                 "token": lease.token,
-                "position": order.index(index),
+                "live": position == group - 1,
                 "transition": transition,
                 "commit": commit,
             }
@@ -264,6 +264,205 @@ def bind_one_revision(store: Any, index: int, barrier: Any, params: Report) -> l
     return rounds
 
 
+def acquire_one_lease(store: Any, index: int, barrier: Any, params: Report) -> list[Report]:
+    """Per round, every worker acquires the same lease operation at once (``exclusive``
+    as given): the first creates it; the others share it, or are refused if exclusive."""
+    run_id, exclusive = params["run_id"], params["exclusive"]
+    rounds = []
+    for round_ in range(params["rounds"]):
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        status, value = expected_failure(
+            store.acquire_lease,
+            run_id,
+            f"{params['prefix']}-{round_}",
+            LEASE_TTL_MS,
+            exclusive=exclusive,
+        )
+        rounds.append({"status": status, "value": value.token if status == "ok" else value})
+    return rounds
+
+
+def claim_one_change(store: Any, index: int, barrier: Any, params: Report) -> list[Report]:
+    """Per round, every worker binds its own design run to the same change at once."""
+    rounds = []
+    for round_ in range(params["rounds"]):
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        status, value = expected_failure(
+            store.bind_change,
+            params["run_ids"][round_][index],
+            f"claimed-{round_}",
+            operation_id=f"claim-{round_}-w{index}",
+        )
+        rounds.append({"status": status, "value": value.sequence if status == "ok" else value})
+    return rounds
+
+
+def bind_same_receipt(store: Any, index: int, barrier: Any, params: Report) -> list[int]:
+    """Per round, every worker binds (gate-b, revision) with the SAME receipt at once."""
+    sequences = []
+    for round_ in range(params["rounds"]):
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        projection = store.bind_delivery(
+            params["run_id"],
+            "gate-b",
+            round_ + 1,
+            receipt_hash(round_, -1),
+            operation_id=f"same-{round_}-w{index}",
+        )
+        sequences.append(projection.sequence)
+    return sequences
+
+
+def read_while_appending(store: Any, index: int, barrier: Any, params: Report) -> Report:
+    """Workers 1.. append `count` transitions each to one run; worker 0 reads the run
+    (``params["read"]``: ``verify_integrity`` or ``list_events``) over and over until
+    the appends are all in (bounded by READ_DEADLINE_S). Every error is recorded."""
+    run_id, count, read = params["run_id"], params["count"], params["read"]
+    errors: list[Report] = []
+    calls = 0
+    barrier.wait(timeout=BARRIER_TIMEOUT_S)
+    if index != 0:
+        for n in range(count):
+            operation_id = f"w{index}-r{n}"
+            try:
+                store.transition(run_id, "paused", operation_id=operation_id, code=operation_id)
+                calls += 1
+            except Exception as error:
+                errors.append({"n": n, **describe(error)})
+        return {"calls": calls, "errors": errors}
+    deadline = time.monotonic() + READ_DEADLINE_S
+    while store.status(run_id).sequence < params["final"] and time.monotonic() < deadline:
+        try:
+            if read == "verify_integrity":
+                store.verify_integrity(run_id)
+            elif read == "list_events":
+                chain = store.list_events(run_id)
+                if [event.sequence for event in chain] != list(range(1, len(chain) + 1)):
+                    raise AssertionError("list_events: not 1..N")
+            else:
+                raise ValueError(read)
+            calls += 1
+        except Exception as error:
+            errors.append({"n": calls, **describe(error)})
+            calls += 1
+    return {"calls": calls, "errors": errors}
+
+
+# What each call of the mixed workload may raise (a lost race, a fenced lease, ...);
+# anything else is unexpected.
+MIXED_EXPECTED: dict[str, set[str]] = {
+    "transition": set(),
+    "transition_leased": {"lease-fenced"},
+    "replay": set(),
+    "bind": {"delivery-revision-conflict"},
+    "acquire": {"operation-already-running"},
+    "renew": {"lease-fenced"},
+    "assert": {"lease-fenced"},
+    "commit": {"lease-fenced"},
+    "interrupt": {"lease-fenced"},
+    "start": set(),
+    "claim": {"change-run-already-exists", "change-binding-not-allowed"},
+    "inspect": set(),
+    "recover": set(),
+    "status": set(),
+    "list_events": set(),
+    "rebuild": set(),
+}
+
+
+def mixed_workload(store: Any, index: int, barrier: Any, params: Report) -> Report:
+    """Every worker makes `count` random calls (seeded per worker) on a few shared runs:
+    appends, replays, bindings, leases (short and long), starts, change claims, reads.
+    Failures outside MIXED_EXPECTED are recorded as unexpected."""
+    import random
+
+    from cadence_store import CadenceStoreError
+
+    rng = random.Random(params["seed"] * 100 + index)
+    run_ids, design_ids = params["run_ids"], params["design_ids"]
+    held: list[Any] = []
+    done: list[tuple[str, str, int]] = []  # (run_id, operation_id, sequence) appended here
+    unexpected: list[Report] = []
+    counts: dict[str, int] = {}
+    barrier.wait(timeout=BARRIER_TIMEOUT_S)
+    for n in range(params["count"]):
+        run_id = rng.choice(run_ids)
+        operation_id = f"w{index}-m{n}"
+        kind = rng.choice(list(MIXED_EXPECTED))
+        if kind in ("transition_leased", "renew", "assert", "commit", "interrupt") and not held:
+            kind = "acquire"
+        if kind == "replay" and not done:
+            kind = "transition"
+        counts[kind] = counts.get(kind, 0) + 1
+        try:
+            if kind == "transition":
+                projection = store.transition(run_id, "paused", operation_id=operation_id)
+                done.append((run_id, operation_id, projection.sequence))
+            elif kind == "transition_leased":
+                lease = rng.choice(held)
+                store.transition(lease.run_id, "paused", operation_id=operation_id, lease=lease)
+            elif kind == "replay":
+                replay_run, replay_id, sequence = rng.choice(done)
+                projection = store.transition(replay_run, "paused", operation_id=replay_id)
+                if projection.sequence != sequence:
+                    raise AssertionError(
+                        f"replay of {replay_id}: {projection.sequence} != {sequence}"
+                    )
+            elif kind == "bind":
+                store.bind_delivery(
+                    run_id,
+                    rng.choice(["gate-a", "gate-b"]),
+                    rng.randint(1, 4),
+                    receipt_hash(rng.randint(0, 1), -2),
+                    operation_id=operation_id,
+                )
+            elif kind == "acquire":
+                held.append(
+                    store.acquire_lease(
+                        run_id,
+                        f"lease-{rng.randint(0, 3)}",
+                        rng.choice([1, 20, LEASE_TTL_MS]),
+                        preempt=rng.random() < 0.3,
+                        exclusive=rng.random() < 0.3,
+                    )
+                )
+                del held[:-4]
+            elif kind == "renew":
+                held.append(store.renew_lease(rng.choice(held), rng.choice([1, LEASE_TTL_MS])))
+            elif kind == "assert":
+                store.assert_lease(rng.choice(held))
+            elif kind == "commit":
+                store.commit_lease(rng.choice(held), {"worker": index, "n": n})
+            elif kind == "interrupt":
+                store.interrupt_lease(rng.choice(held))
+            elif kind == "start":
+                store.start_run(
+                    "abel-implement", change=f"mix-{rng.randint(0, 5)}", operation_id=operation_id
+                )
+            elif kind == "claim":
+                store.bind_change(
+                    rng.choice(design_ids), f"claim-{rng.randint(0, 2)}", operation_id=operation_id
+                )
+            elif kind == "inspect":
+                store.inspect_operation(run_id, f"lease-{rng.randint(0, 3)}")
+            elif kind == "recover":
+                store.recover_expired_leases()
+            elif kind == "status":
+                store.status(run_id)
+            elif kind == "list_events":
+                chain = store.list_events(run_id)
+                if [event.sequence for event in chain] != list(range(1, len(chain) + 1)):
+                    raise AssertionError("list_events: not 1..N")
+            elif kind == "rebuild":
+                store.rebuild_projection(run_id)
+        except CadenceStoreError as error:
+            if error.code not in MIXED_EXPECTED[kind]:
+                unexpected.append({"n": n, "kind": kind, **describe(error)})
+        except Exception as error:
+            unexpected.append({"n": n, "kind": kind, **describe(error)})
+    return {"unexpected": unexpected, "counts": counts}
+
+
 TASKS: dict[str, Callable[[Any, int, Any, Any], Any]] = {
     "whoami": whoami,
     "append_transitions": append_transitions,
@@ -273,4 +472,9 @@ TASKS: dict[str, Callable[[Any, int, Any, Any], Any]] = {
     "lease_holders": lease_holders,
     "preempt_while_committing": preempt_while_committing,
     "bind_one_revision": bind_one_revision,
+    "acquire_one_lease": acquire_one_lease,
+    "claim_one_change": claim_one_change,
+    "bind_same_receipt": bind_same_receipt,
+    "read_while_appending": read_while_appending,
+    "mixed_workload": mixed_workload,
 }

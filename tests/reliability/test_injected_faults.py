@@ -142,9 +142,7 @@ class Faults:
 
     def drop(self, table: str, timing: str, action: str) -> None:
         trigger = self.name(table, timing, action)
-        ddl = (
-            f"DROP TRIGGER {trigger}" if self.sqlite else f"DROP TRIGGER {trigger} ON {table}"
-        )
+        ddl = f"DROP TRIGGER {trigger}" if self.sqlite else f"DROP TRIGGER {trigger} ON {table}"
         with self.engine.begin() as connection:
             connection.exec_driver_sql(ddl)
 

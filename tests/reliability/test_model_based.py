@@ -431,7 +431,12 @@ class Model:
         ):
             if exclusive:
                 raise ModelError("operation-already-running")
-            return {"runId": run_id, "operationId": op, "token": row.token, "expiresAt": row.expires}
+            return {
+                "runId": run_id,
+                "operationId": op,
+                "token": row.token,
+                "expiresAt": row.expires,
+            }
         if row is None:
             row = self.ops[(run_id, op)] = MOp("lease", "running")
         row.state, row.outcome, row.token, row.expires = "running", None, NEW, now + ttl
@@ -588,6 +593,8 @@ def ops(kind: str, count: int) -> st.SearchStrategy[str]:
     """Operation ids: two shared by every kind (replays and kind conflicts), the rest the
     kind's own (so runs progress instead of replaying forever)."""
     return st.integers(0, count - 1).map(lambda i: f"op-{i}" if i < 2 else f"{kind}-{i}")
+
+
 CHANGES = ["alpha", "beta", "gamma"]
 KEYS = [sha(f"provisional-{i}") for i in range(3)]
 RECEIPTS = [sha("receipt-a"), sha("receipt-b")]
@@ -1257,6 +1264,85 @@ class TestModelPostgreSQL:
     @pytest.mark.slow
     def test_store_agrees_with_the_model_long_campaign(self, pg_database_url: str) -> None:
         _every_call_was_made(_run(pg_database_url, CAMPAIGN))
+
+
+# -- every cell of the state table, store vs model (too sparse for random walks) ------------
+
+
+def _paths_from_created() -> dict[str, list[str]]:
+    paths: dict[str, list[str]] = {"created": []}
+    frontier = ["created"]
+    while frontier:
+        state = frontier.pop(0)
+        for target in MOVES[state]:
+            if target not in paths:
+                paths[target] = [*paths[state], target]
+                frontier.append(target)
+    return paths
+
+
+def test_every_cell_of_the_state_table_agrees_with_the_model(database_url: str) -> None:
+    """All 18 x 19 (state, target) pairs, the unknown target included: same outcome,
+    same projection bytes, nothing written on a refusal; every run still verifies."""
+    cadence_store.upgrade(database_url)
+    reader = create_engine(database_url)
+    paths = _paths_from_created()
+    assert set(paths) == set(STATES)
+    counter = iter(range(1_000_000))
+    checked = 0
+    try:
+        with RunStore(database_url, root_hash=ROOT, clock=FakeClock()) as store:
+            model = Model()
+
+            def run_at(state: str) -> str:
+                n = next(counter)
+                created = store.start_run(
+                    "abel-implement", change=f"cell-{n}", operation_id=f"cell-{n}"
+                )
+                model.start_run(
+                    "abel-implement", f"cell-{n}", f"cell-{n}", None, None, lambda: created.run_id
+                )
+                for step, target in enumerate(paths[state]):
+                    op = f"walk-{n}-{step}"
+                    moved = store.transition(created.run_id, target, operation_id=op)
+                    assert moved.to_json() == model.transition(
+                        created.run_id, target, op, None, None, 0
+                    )
+                return created.run_id
+
+            for state in STATES:
+                refusals = run_at(state)  # shared by the targets that must be refused
+                for target in (*STATES, "no-such-state"):
+                    legal = target in MOVES[state]
+                    run_id = run_at(state) if legal else refusals
+                    op = f"cell-move-{next(counter)}"
+                    code = "cell-code" if checked % 2 else None
+                    before = read_tables(reader)
+                    try:
+                        got: Outcome = (
+                            "ok",
+                            store.transition(run_id, target, operation_id=op, code=code).to_json(),
+                        )
+                    except CadenceStoreError as error:
+                        got = ("error", error.code)
+                    try:
+                        want: Outcome = (
+                            "ok",
+                            model.transition(run_id, target, op, code, None, 0),
+                        )
+                    except ModelError as error:
+                        want = ("error", error.code)
+                    assert got == want, (state, target)
+                    assert (got[0] == "ok") == legal, (state, target)
+                    if not legal:
+                        assert read_tables(reader) == before, (state, target)
+                    checked += 1
+            assert read_tables(reader) == model.tables()
+            for run_id in model.runs:
+                assert store.verify_integrity(run_id).to_json() == js(model.runs[run_id].doc)
+    finally:
+        reader.dispose()
+    assert checked == len(STATES) * (len(STATES) + 1)
 
 
 # -- the model itself, on a few cadence 1.x facts -----------------------------------------------
