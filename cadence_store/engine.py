@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .errors import InvalidInputError
 
@@ -68,7 +68,11 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
     (adoption, head revision) before anything changes it. `enable_wal` follows the check.
     """
-    engine = create_engine(parse_url(url), **engine_options)
+    try:
+        engine = create_engine(parse_url(url), **engine_options)
+    except (ImportError, NoSuchModuleError, ArgumentError, TypeError) as error:
+        # an unknown dialect, a driver that is not installed, or bad engine options
+        raise InvalidInputError("invalid-database-url", type(error).__name__) from None
     if is_sqlite(engine):
 
         @event.listens_for(engine, "connect")

@@ -62,8 +62,10 @@ from .journal.validation import (
     coerce_approval_proof,
     coerce_lease,
     coerce_optional_lease,
+    is_safe_integer,
     lookup_keys,
     require_change,
+    require_clock,
     require_delivery,
     require_operation_id,
     require_root_hash,
@@ -73,6 +75,7 @@ from .journal.validation import (
     require_ttl,
 )
 from .journal.values import ApprovalProof, BindDelivery
+from .journal.verification import MIRRORED_COLUMNS, stored_difference
 from .sql import Statements
 
 Clock = Callable[[], int]
@@ -206,7 +209,8 @@ class RunRepository:
         self._session_factory: Callable[[], Session] | None = None
         self._own_connection: Connection | None = None
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
-        self._clock = clock or system_clock
+        require_clock(clock)
+        self._clock: Clock = system_clock if clock is None else clock
 
     @classmethod
     def on_connection(
@@ -224,7 +228,8 @@ class RunRepository:
         repository._session_factory = session_factory
         repository._own_connection = connection
         repository.root_hash = None if root_hash is None else require_root_hash(root_hash)
-        repository._clock = clock or system_clock
+        require_clock(clock)
+        repository._clock = system_clock if clock is None else clock
         return repository
 
     @property
@@ -260,7 +265,7 @@ class RunRepository:
 
     def _now(self) -> int:
         now = self._clock()
-        if isinstance(now, bool) or not isinstance(now, int):
+        if isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now):
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
@@ -863,35 +868,27 @@ class RunRepository:
 
     @_coded
     def verify_integrity(self, run_id: str) -> RunProjection:
-        """Replay the chain and compare it with the stored projection and run columns."""
+        """Replay the chain and compare it with everything stored about the run: the
+        projection (key order included), the run row's columns and the binding rows."""
         require_run_id(run_id)
-        row = self._read_statements().one("verify_columns", run_id=run_id)
+        sql = self._read_statements()
+        row = sql.one("verify_columns", run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
         rebuilt = self._replay_chain(run_id)
-        stored = _parse_document(row[0], "run-projection-integrity-mismatch")
-        difference = first_difference(rebuilt, stored)
-        columns = {
-            "state": rebuilt.get("state"),
-            "sequence": rebuilt.get("sequence"),
-            "event_hash": rebuilt.get("eventHash"),
-            "delivery_revision": rebuilt.get("deliveryRevision"),
-            "terminal_tombstone": rebuilt.get("terminal"),
-        }
-        if difference is None:
-            for (column, expected), actual in zip(columns.items(), row[1:], strict=True):
-                if actual != expected:
-                    difference = (f"runs.{column}", expected, actual)
-                    break
+        columns = dict(zip((name for name, _ in MIRRORED_COLUMNS), row[1:], strict=True))
+        difference = stored_difference(
+            rebuilt, row[0], columns, sql.all("bindings_of_run", run_id=run_id)
+        )
         if difference is not None:
-            field, expected, actual = difference
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch",
-                f"{field}: expected {expected!r}, stored {actual!r}",
+                f"{difference.field}: expected {difference.expected!r}, "
+                f"stored {difference.actual!r}",
                 run_id=run_id,
-                sequence=rebuilt.get("sequence"),
-                expected=expected,
-                actual=actual,
+                sequence=difference.sequence,
+                expected=difference.expected,
+                actual=difference.actual,
             )
         return _projection(rebuilt)
 
@@ -937,18 +934,4 @@ def _event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
         ) from None
 
 
-def first_difference(expected: Document, actual: Document) -> tuple[str, Any, Any] | None:
-    """The first field where two projections differ (key order included), or None."""
-    if js_stringify(expected) == js_stringify(actual):
-        return None
-    for key in dict.fromkeys([*expected, *actual]):
-        if (
-            key not in actual
-            or key not in expected
-            or js_stringify(expected[key]) != js_stringify(actual[key])
-        ):
-            return key, expected.get(key), actual.get(key)
-    return "(key order)", list(expected), list(actual)
-
-
-__all__ = ["Clock", "RunRepository", "check_delivery", "first_difference", "system_clock"]
+__all__ = ["Clock", "RunRepository", "check_delivery", "system_clock"]

@@ -39,6 +39,7 @@ from .errors import (
     StoreFormatError,
     StoreUnavailableError,
 )
+from .failures import translate_database_error
 from .models import OWNED_TABLES
 
 VERSION_TABLE: Final = "cadence_store_version"
@@ -143,7 +144,11 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
     options = schema_options(schema)
     if options and not is_postgresql(engine):
         raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
-    with engine.connect() as connection:
+    try:
+        opened = engine.connect()
+    except DBAPIError as error:
+        raise translate_database_error(error) from error
+    with opened as connection:
         if options:
             connection.execution_options(**options)
         try:

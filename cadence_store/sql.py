@@ -218,12 +218,24 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     ),
     "verify_columns": lambda _: select(
         runs.c.projection_json,
+        runs.c.root_hash,
+        runs.c.stage,
+        runs.c.change_name,
+        runs.c.provisional_key,
         runs.c.state,
         runs.c.sequence,
         runs.c.event_hash,
         runs.c.delivery_revision,
         runs.c.terminal_tombstone,
     ).where(_RUN),
+    "bindings_of_run": lambda _: select(
+        delivery_bindings.c.gate,
+        delivery_bindings.c.revision,
+        delivery_bindings.c.receipt_hash,
+        delivery_bindings.c.approval_revision,
+        delivery_bindings.c.contract_hash,
+        delivery_bindings.c.record_hash,
+    ).where(delivery_bindings.c.run_id == bindparam("run_id")),
     "run_ids": lambda _: select(runs.c.run_id).order_by(runs.c.run_id),
 }
 

@@ -31,7 +31,12 @@ from .errors import (
 )
 from .failures import is_database_error, is_retryable, translate_database_error
 from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
-from .journal.validation import require_callable, require_operation_id, require_root_hash
+from .journal.validation import (
+    require_callable,
+    require_clock,
+    require_operation_id,
+    require_root_hash,
+)
 from .journal.values import ApprovalProof, BindDelivery
 from .legacy import CADENCE_TABLE_NAMES
 from .repository import Clock, RunRepository, check_delivery
@@ -78,7 +83,7 @@ class RunStore:
         schema holding the cadence tables; `engine_options` go to `create_engine`
         (pool size and the like) when cadence-store creates the engine."""
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
-        self._clock = clock
+        self._clock = require_clock(clock)
         self._owns_engine = not isinstance(bind, Engine)
         self._base_engine = (
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)

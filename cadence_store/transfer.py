@@ -43,8 +43,9 @@ from .errors import (
 from .failures import translate_database_error
 from .journal import ChainVerifier, hash_event
 from .journal.canonical import JsonValueError
+from .journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
+from .journal.verification import stored_difference
 from .models import delivery_bindings, events, operations, runs
-from .repository import first_difference
 from .schema import assert_at_head
 from .unit_of_work import UnitOfWork
 
@@ -354,9 +355,8 @@ def _failure(record: Record, line: int | None, code: str, **fields: Any) -> RunC
 def check_record(record: Record, line: int | None = None) -> RunCheck:
     """Verify one run offline: the chain links and hashes, its reduction, the projection.
 
-    The same rule as `RunRepository.verify_integrity`: the events reduce, the stored
-    `projection_json` equals `js_stringify` of the rebuilt projection (key order included)
-    and the run's state / sequence / head / delivery revision / terminal columns agree.
+    The same rule as `RunRepository.verify_integrity` (`journal.verification`): the events
+    reduce, and the stored projection, run columns and binding rows mirror the replay.
     Returns the first thing that differs.
     """
     run = record["run"]
@@ -412,49 +412,22 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
     if verifier.projection is None:
         return _failure(record, line, "event-integrity-empty", sequence=1, message="no events")
     rebuilt = verifier.projection
-    mismatch = "run-projection-integrity-mismatch"
-    try:
-        stored = json.loads(run["projection_json"])
-    except ValueError:
-        stored = None
-    if not isinstance(stored, dict):
-        return _failure(
-            record,
-            line,
-            mismatch,
-            sequence=rebuilt.get("sequence"),
-            message="stored projection_json is not an object",
-        )
-    difference = first_difference(rebuilt, stored)
+    difference = stored_difference(
+        rebuilt,
+        run["projection_json"],
+        run,
+        ([binding[c] for c in VERIFIED_BINDING_COLUMNS] for binding in record["deliveryBindings"]),
+    )
     if difference is not None:
-        name, expected, actual = difference
         return _failure(
             record,
             line,
-            mismatch,
-            sequence=rebuilt.get("sequence"),
-            field=f"projection.{name}",
-            expected=expected,
-            stored=actual,
+            "run-projection-integrity-mismatch",
+            sequence=difference.sequence,
+            field=difference.field,
+            expected=difference.expected,
+            stored=difference.actual,
         )
-    columns = {
-        "state": rebuilt.get("state"),
-        "sequence": rebuilt.get("sequence"),
-        "event_hash": rebuilt.get("eventHash"),
-        "delivery_revision": rebuilt.get("deliveryRevision"),
-        "terminal_tombstone": rebuilt.get("terminal"),
-    }
-    for name, expected in columns.items():
-        if run[name] != expected:
-            return _failure(
-                record,
-                line,
-                mismatch,
-                sequence=rebuilt.get("sequence"),
-                field=f"runs.{name}",
-                expected=expected,
-                stored=run[name],
-            )
     return RunCheck(run_id=run["run_id"], ok=True, line=line)
 
 

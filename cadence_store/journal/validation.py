@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, LeaseFencedError, RunNotFoundError
 from .states import RUN_STAGES
 from .values import ApprovalProof, OperationLease
 
@@ -17,6 +17,7 @@ CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
 # (JavaScript /iu) never accepted.
 IDENTIFIER = re.compile(r"[a-z0-9](?:[a-z0-9._:-]{0,126}[a-z0-9])?", re.IGNORECASE | re.ASCII)
 SHA256 = re.compile(r"[a-f0-9]{64}")
+SURROGATE = re.compile(r"[\ud800-\udfff]")
 DELIVERY_GATES = ("gate-a", "gate-b")
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_PROVISIONAL_ALIASES = 4
@@ -49,10 +50,23 @@ def require_change(value: object) -> str:
     return value
 
 
+def is_storable(value: str) -> bool:
+    """Whether a database can hold `value` as text (no NUL, no lone surrogate)."""
+    return "\x00" not in value and (value.isascii() or SURROGATE.search(value) is None)
+
+
 def require_run_id(value: object) -> str:
     # Any string may name a run (lookups answer run-not-found); other types are misuse.
     if not isinstance(value, str):
         raise InvalidInputError("invalid-run-id")
+    if not is_storable(value):
+        raise RunNotFoundError("run-not-found")  # no run can have this id
+    return value
+
+
+def require_clock(value: object) -> Any:
+    if value is not None and not callable(value):
+        raise InvalidInputError("invalid-clock", "clock must be a callable returning milliseconds")
     return value
 
 
@@ -137,14 +151,19 @@ def coerce_approval_proof(value: object) -> ApprovalProof | None:
 
 
 def coerce_lease(value: object) -> OperationLease:
+    lease: OperationLease | None = None
     if isinstance(value, OperationLease):
-        return value
-    if isinstance(value, Mapping):
+        lease = value
+    elif isinstance(value, Mapping):
         try:
-            return OperationLease.model_validate(dict(value))
+            lease = OperationLease.model_validate(dict(value))
         except ValidationError:
             pass
-    raise InvalidInputError("invalid-lease")
+    if lease is None:
+        raise InvalidInputError("invalid-lease")
+    if not all(is_storable(text) for text in (lease.run_id, lease.operation_id, lease.token)):
+        raise LeaseFencedError("lease-fenced")  # never the live lease of any operation
+    return lease
 
 
 def coerce_optional_lease(value: object) -> OperationLease | None:

@@ -285,9 +285,8 @@ class World:
 
 
 def _known_bug(error: Exception, arguments: Any) -> str | None:
-    """A failure already reported (and pinned by an xfail test below)."""
-    if isinstance(error, UnicodeEncodeError) and _contains_surrogate(arguments):
-        return "lone surrogate reaches the driver (UnicodeEncodeError)"
+    """A failure already reported and not fixed yet (none remain: every bug these suites
+    found is fixed and pinned by a regression test below)."""
     return None
 
 
@@ -828,7 +827,7 @@ def test_a_clock_of_the_wrong_type_is_invalid_clock(database_url: str, clock_val
         reader.dispose()
 
 
-# -- known bugs, pinned (strict xfail: they start failing once fixed) ----------------------------
+# -- bugs these suites found, fixed; kept as regression tests -----------------------------------
 
 
 def _surrogate_calls(world: World) -> list[tuple[str, Callable[[], Any]]]:
@@ -850,12 +849,6 @@ def _surrogate_calls(world: World) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a run id or lease field with a lone surrogate (e.g. '\\ud800') reaches the "
-    "driver and raises a raw UnicodeEncodeError instead of a coded CadenceStoreError "
-    "(run-not-found / lease-fenced / invalid-run-id)",
-)
 def test_lone_surrogates_in_run_ids_and_leases_are_coded(world: World) -> None:
     raw: list[str] = []
     for name, call in _surrogate_calls(world):
@@ -882,18 +875,7 @@ def test_lone_surrogates_where_json_carries_them_are_stored_escaped(world: World
     assert status is not None and status.outcome == {"s": s, s: 1}
 
 
-def test_nul_in_a_run_id_is_an_unknown_run_on_both_engines(
-    world: World, request: pytest.FixtureRequest
-) -> None:
-    if world.store.engine.dialect.name == "postgresql":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG (PostgreSQL): a NUL in a run id / lease field is reported as "
-                "run-store-write-failed (StoreUnavailableError, 'the database refused a "
-                "write') on a read; SQLite says run-not-found / lease-fenced",
-            )
-        )
+def test_nul_in_a_run_id_is_an_unknown_run_on_both_engines(world: World) -> None:
     lease = world.fresh_lease()
     cases: list[tuple[Callable[[], Any], str]] = [
         (lambda: world.store.status("abc\x00"), "run-not-found"),
@@ -912,11 +894,6 @@ def test_nul_in_a_run_id_is_an_unknown_run_on_both_engines(
     assert codes == [code for _, code in cases]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: RunStore(clock=...) accepts a non-callable clock (TypeError at the first "
-    "write) and silently replaces a falsy one (clock=0) with the system clock",
-)
 def test_a_non_callable_clock_is_refused_when_the_store_is_made(sqlite_database_url: str):
     cadence_store.upgrade(sqlite_database_url)
     for clock in (5, "x", 0):
@@ -924,11 +901,6 @@ def test_a_non_callable_clock_is_refused_when_the_store_is_made(sqlite_database_
             RunStore(sqlite_database_url, root_hash=ROOT_HASH, clock=clock)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a clock returning an int outside 64 bits (2**64, -2**70) reaches the driver: "
-    "SQLite raises a raw OverflowError instead of invalid-clock",
-)
 def test_a_clock_beyond_64_bits_is_invalid_clock(sqlite_database_url: str) -> None:
     cadence_store.upgrade(sqlite_database_url)
     with RunStore(sqlite_database_url, root_hash=ROOT_HASH, clock=lambda: START_MS) as good:
@@ -944,11 +916,6 @@ def test_a_clock_beyond_64_bits_is_invalid_clock(sqlite_database_url: str) -> No
                 assert info.value.code == "invalid-clock"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a URL naming a dialect or driver that is not installed raises a raw "
-    "NoSuchModuleError / ModuleNotFoundError instead of invalid-database-url",
-)
 @pytest.mark.parametrize(
     "url",
     ["mysql://user:pw@localhost/db", "postgresql+nodriver://user:pw@localhost/db", "nosuch://x"],

@@ -752,3 +752,9 @@ def test_a_read_only_postgresql_database_refuses_writes(
     finally:
         engine.dispose()
         reader.dispose()
+
+
+def test_upgrade_of_an_unopenable_sqlite_file_is_a_coded_error(tmp_path: Path) -> None:
+    with pytest.raises(CadenceStoreError) as info:
+        cadence_store.upgrade(f"sqlite:///{tmp_path}/missing-directory/store.sqlite3")
+    assert info.value.code == "run-store-unavailable"

@@ -1218,8 +1218,8 @@ BOUNDED = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 CAMPAIGN = settings(
-    max_examples=300,
-    stateful_step_count=80,
+    max_examples=200,
+    stateful_step_count=60,
     derandomize=True,
     deadline=None,
     database=None,

@@ -521,20 +521,13 @@ def test_errors_never_carry_the_password(pg_database_url: str, password: str) ->
             RunStore(url, root_hash=ROOT_HASH)
         assert info.value.code.startswith("run-store-"), name
         assert not _leaks(_error_text(info.value), password), name
-        # upgrade() raises a raw driver error here today (see the xfail below); whatever it
-        # raises must not carry the password either
-        with pytest.raises(Exception) as raised:
+        # upgrade() raises a coded error too, and it must not carry the password either
+        with pytest.raises(CadenceStoreError) as raised:
             cadence_store.upgrade(url)
         assert not _leaks(_error_text(raised.value), password), name
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cadence_store.upgrade() on an unreachable server or a missing database raises "
-    "a raw sqlalchemy OperationalError (engine.connect() in schema.migration_transaction is "
-    "outside the translating try), not a coded CadenceStoreError",
-)
 def test_upgrade_of_an_unreachable_database_is_a_coded_error(pg_database_url: str) -> None:
     for name, url in _bad_urls(pg_database_url, PASSWORDS[0]).items():
         with pytest.raises(CadenceStoreError) as info:
@@ -605,6 +598,8 @@ def test_command_output_never_carries_the_password(pg_database_url: str, command
     password = PASSWORDS[1]
     runner = CliRunner()
     good = _with_password(pg_database_url, password)
+    if command != ["upgrade"]:
+        cadence_store.upgrade(good)
     urls = {**_bad_urls(pg_database_url, password), "good": good}
     for name, url in urls.items():
         result = runner.invoke(main, [*command, "--url", url], env={"CADENCE_STORE_URL": None})

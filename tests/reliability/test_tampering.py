@@ -299,7 +299,7 @@ CASES = [
 ]
 
 # The brief's rule, "the first bad sequence", for a chain that lost its tail: the first
-# missing sequence. (The store reports the last surviving one: see the xfail below.)
+# missing sequence.
 TRUNCATIONS = [
     Case("delete-last", delete_event(CHAIN), CHAIN, CHAINED | {MISMATCH}),
     Case("truncate-1", truncate(1), CHAIN, CHAINED | {MISMATCH}),
@@ -423,12 +423,6 @@ def cli_one(url: str, run_id: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a chain that lost its last k events is reported with .sequence = the last "
-    "surviving sequence (n-k), by verify_integrity and by cadence-store verify, not the first "
-    "missing one (n-k+1)",
-)
 def test_a_truncated_chain_names_its_first_missing_sequence(
     store_url: str, store: RunStore, db: Engine
 ) -> None:
@@ -469,12 +463,6 @@ def test_an_unparseable_projection_is_detected(store_url: str, store: RunStore, 
     assert not problems, problems
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when projection_json does not parse (not JSON, not an object, no runId), "
-    "verify_integrity raises JournalIntegrityError with .run_id = None and .sequence = None "
-    "(cadence-store verify does name the run and the sequence)",
-)
 def test_an_unparseable_projection_names_the_run_and_sequence(
     store_url: str, store: RunStore, db: Engine
 ) -> None:
@@ -485,12 +473,6 @@ def test_an_unparseable_projection_names_the_run_and_sequence(
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: runs.root_hash / stage / change_name mirror projection fields (rootHash, "
-    "stage, change) but verify_integrity does not compare them: moving a run to another "
-    "consumer root or stage, or renaming its change, goes unnoticed",
-)
 def test_mirrored_identity_columns_are_verified(store_url: str, store: RunStore, db: Engine):
     runs = tamper_runs(store, db, COLUMN_GAPS)
     problems: list[str] = []
@@ -499,12 +481,6 @@ def test_mirrored_identity_columns_are_verified(store_url: str, store: RunStore,
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: delivery_bindings rows are not checked against the chain's delivery-bound "
-    "events: a deleted binding row or an edited receipt hash goes unnoticed by "
-    "verify_integrity and cadence-store verify",
-)
 def test_delivery_binding_rows_are_verified(store_url: str, store: RunStore, db: Engine) -> None:
     deleted, edited = build_run(store, "binding-deleted"), build_run(store, "binding-edited")
     with db.begin() as c:
