@@ -259,6 +259,12 @@ class CompiledStatement:
     positions: tuple[str, ...] | None  # parameter order for positional paramstyles
     constants: dict[str, Any]  # values the statement itself binds (e.g. state='committed')
 
+    def arguments(self, params: Mapping[str, Any]) -> Any:
+        values = {**self.constants, **params} if self.constants else params
+        if self.positions is None:
+            return values
+        return tuple([values[name] for name in self.positions])
+
 
 _stream_ids = itertools.count()
 _cache: dict[tuple[str, str, str, str, SchemaMap], CompiledStatement] = {}
@@ -301,11 +307,7 @@ class Statements:
 
     def _run(self, name: str, params: Mapping[str, Any]) -> Any:
         statement = _compiled(self._dialect, name, self._schema_map)
-        values = {**statement.constants, **params} if statement.constants else params
-        if statement.positions is None:
-            self._cursor.execute(statement.text, values)
-        else:
-            self._cursor.execute(statement.text, tuple(values[p] for p in statement.positions))
+        self._cursor.execute(statement.text, statement.arguments(params))
         return self._cursor
 
     def one(self, name: str, **params: Any) -> tuple[Any, ...] | None:
@@ -324,10 +326,7 @@ class Statements:
         """Rows in batches of `batch`, never the whole result at once (a server-side
         cursor on PostgreSQL, whose client cursors would fetch everything)."""
         statement = _compiled(self._dialect, name, self._schema_map)
-        values = {**statement.constants, **params} if statement.constants else params
-        args: Any = values
-        if statement.positions is not None:
-            args = tuple(values[p] for p in statement.positions)
+        args = statement.arguments(params)
         raw = self._cursor.connection
         if self._dialect.name == "postgresql":
             cursor = raw.cursor(name=f"cadence_stream_{next(_stream_ids)}")

@@ -9,12 +9,28 @@ comparisons depend on.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 
 from .canonical import js_stringify
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _construct(model: type[ModelT], values: dict[str, Any]) -> ModelT:
+    """`model.model_construct(**values)` for values that name every field: the same
+    instance state (`__dict__`, fields set, no extras, private defaults), without its
+    generic per-field work."""
+    instance = model.__new__(model)
+    object.__setattr__(instance, "__dict__", values)
+    object.__setattr__(instance, "__pydantic_fields_set__", set(values))
+    object.__setattr__(instance, "__pydantic_extra__", None)
+    object.__setattr__(
+        instance, "__pydantic_private__", {"_document": None} if model is RunProjection else None
+    )
+    return instance
 
 
 class _Value(BaseModel):
@@ -68,33 +84,42 @@ class RunProjection(_Value):
         """Wrap a projection this library just built (`apply_event`), without validating
         it again: the append hot path builds one per call."""
         bindings = tuple(
-            DeliveryBinding.model_construct(
-                gate=binding["gate"],
-                revision=binding["revision"],
-                receipt_hash=binding["receiptHash"],
-                approval_proof=None
-                if (proof := binding.get("approvalProof")) is None
-                else ApprovalProof.model_construct(
-                    revision=proof["revision"],
-                    contract_hash=proof["contractHash"],
-                    record_hash=proof["recordHash"],
-                ),
+            _construct(
+                DeliveryBinding,
+                {
+                    "gate": binding["gate"],
+                    "revision": binding["revision"],
+                    "receipt_hash": binding["receiptHash"],
+                    "approval_proof": None
+                    if (proof := binding.get("approvalProof")) is None
+                    else _construct(
+                        ApprovalProof,
+                        {
+                            "revision": proof["revision"],
+                            "contract_hash": proof["contractHash"],
+                            "record_hash": proof["recordHash"],
+                        },
+                    ),
+                },
             )
             for binding in document["deliveryBindings"]
         )
-        projection = cls.model_construct(
-            run_id=document["runId"],
-            root_hash=document["rootHash"],
-            stage=document["stage"],
-            change=document.get("change"),
-            provisional_key=document.get("provisionalKey"),
-            state=document["state"],
-            sequence=document["sequence"],
-            event_hash=document["eventHash"],
-            delivery_revision=document.get("deliveryRevision"),
-            delivery_bindings=bindings,
-            pause_code=document.get("pauseCode"),
-            terminal=document.get("terminal"),
+        projection = _construct(
+            cls,
+            {
+                "run_id": document["runId"],
+                "root_hash": document["rootHash"],
+                "stage": document["stage"],
+                "change": document.get("change"),
+                "provisional_key": document.get("provisionalKey"),
+                "state": document["state"],
+                "sequence": document["sequence"],
+                "event_hash": document["eventHash"],
+                "delivery_revision": document.get("deliveryRevision"),
+                "delivery_bindings": bindings,
+                "pause_code": document.get("pauseCode"),
+                "terminal": document.get("terminal"),
+            },
         )
         projection._document = document
         return projection
