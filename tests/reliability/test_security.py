@@ -300,8 +300,6 @@ _SQL_SINKS = {"execute", "exec_driver_sql", "executescript", "executemany", "tex
 
 # Reviewed: every dynamic SQL string in the package, and why it is safe.
 REVIEWED_DYNAMIC_SQL = {
-    # PRAGMA busy_timeout restored from int() of the value SQLite itself returned
-    ("cadence_store/engine.py", "begin_immediate"),
     # PRAGMA table_info / foreign_key_list / index_list / index_xinfo on a table or index
     # name from sqlite_master or the fixed table lists, through legacy.quote (doubled quotes)
     ("cadence_store/legacy.py", "describe_table"),
