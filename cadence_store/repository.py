@@ -381,9 +381,13 @@ class RunRepository:
         scope = f"{root_hash}\x00{stage}\x00"
         self._advisory_locks(sql, [scope + key for key in keys] + [f"{scope}op:{operation_id}"])
 
-        receipts = sql.all(
-            "start_receipts", root_hash=root_hash, stage=stage, operation_id=operation_id
-        )
+        receipts = [
+            receipt
+            for receipt in sql.all(
+                "start_receipts", root_hash=root_hash, stage=stage, operation_id=operation_id
+            )
+            if receipt[4] is not None  # a run of this root and stage
+        ]
         if receipts:
             # (run_id, kind, state, outcome_json, lookup_key)
             replay = next(

@@ -107,24 +107,24 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         event_hash=bindparam("event_hash"),
         projection_json=bindparam("projection_json"),
     ),
-    # Driven by the operation-id index (never by a scan of a root's runs, which made
-    # start_run slower as runs accumulated): receipts of this id in this root and stage.
+    # Receipts of an operation id, driven by the operation-id index: the run's lookup key
+    # comes from a correlated lookup by primary key, NULL for runs of another root or stage
+    # (the caller drops those). With the root and stage in a WHERE/EXISTS instead, the
+    # planners drive the query from the runs of that root and stage — a scan that made
+    # start_run slower as runs accumulated (PostgreSQL: 2 ms at 100 runs, 13 ms at 10,000).
     "start_receipts": lambda _: select(
         operations.c.run_id,
         operations.c.kind,
         operations.c.state,
         operations.c.outcome_json,
-        select(runs.c.lookup_key).where(runs.c.run_id == operations.c.run_id).scalar_subquery(),
-    ).where(
-        operations.c.operation_id == bindparam("operation_id"),
-        select(runs.c.run_id)
+        select(runs.c.lookup_key)
         .where(
             runs.c.run_id == operations.c.run_id,
             runs.c.root_hash == bindparam("root_hash"),
             runs.c.stage == bindparam("stage"),
         )
-        .exists(),
-    ),
+        .scalar_subquery(),
+    ).where(operations.c.operation_id == bindparam("operation_id")),
     "run_by_key": lambda _: select(runs.c.run_id, runs.c.projection_json).where(
         runs.c.root_hash == bindparam("root_hash"),
         runs.c.stage == bindparam("stage"),

@@ -1,0 +1,74 @@
+"""The lookups that must not grow with the store: their query plans use the right index.
+
+Speed is measured in benchmarks/, never asserted here; what is asserted is the plan. A
+plan that scans every run of a root (which PostgreSQL chose for an EXISTS form of the
+start receipt lookup) makes start_run slower as runs accumulate.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import create_engine
+
+import cadence_store
+from cadence_store import RunStore
+from cadence_store.sql import _compile
+
+ROOT = "ab" * 32
+PARAMS = {
+    "operation_id": "start-7",
+    "root_hash": ROOT,
+    "stage": "abel-implement",
+    "lookup_key": "change:c-7",
+    "run_id": "00000000-0000-4000-8000-000000000000",
+}
+
+
+def _plan_text(url: str, name: str) -> str:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            statement = _compile(connection.dialect, name, ())
+            if connection.dialect.name == "sqlite":
+                arguments = statement.arguments(PARAMS)
+                rows = connection.exec_driver_sql(
+                    "EXPLAIN QUERY PLAN " + statement.text, arguments
+                ).all()
+                return "\n".join(str(row[-1]) for row in rows)
+            connection.exec_driver_sql("ANALYZE")
+            rows = connection.exec_driver_sql(
+                "EXPLAIN (FORMAT JSON) " + statement.text, statement.arguments(PARAMS)
+            ).all()
+            return json.dumps(rows[0][0])
+    finally:
+        engine.dispose()
+
+
+def _store_with_runs(url: str, count: int) -> None:
+    cadence_store.upgrade(url)
+    with RunStore(url, root_hash=ROOT) as store, store.unit_of_work() as uow:
+        for index in range(count):
+            uow.runs.start_run("abel-implement", change=f"c-{index}", operation_id=f"start-{index}")
+
+
+def test_start_receipts_are_found_by_operation_id(database_url: str) -> None:
+    _store_with_runs(database_url, 300)
+    plan = _plan_text(database_url, "start_receipts")
+    assert "ix_operations_operation_id" in plan, plan
+    # the runs of the root are never scanned: runs is only reached by primary key
+    assert "uq_runs_root_hash_stage_lookup_key" not in plan, plan  # PostgreSQL's name
+    assert "root_hash=? AND stage=?" not in plan, plan  # SQLite's autoindex search
+
+
+def test_run_lookups_use_their_keys(database_url: str) -> None:
+    _store_with_runs(database_url, 300)
+    by_key = _plan_text(database_url, "run_by_key")
+    assert (
+        "uq_runs_root_hash_stage_lookup_key" in by_key
+        or "(root_hash=? AND stage=? AND lookup_key=?)" in by_key
+    ), by_key
+    head = _plan_text(database_url, "head")
+    assert "pk_runs" in head or "sqlite_autoindex_runs_1" in head, head
+    events = _plan_text(database_url, "events_of_run")
+    assert "pk_events" in events or "sqlite_autoindex_events_1" in events, events
