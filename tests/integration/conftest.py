@@ -22,37 +22,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, select
+from support import OWNED as _TABLES
+from support import ROOT_HASH, FakeClock, Snapshot, table_snapshot
 
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore
-from cadence_store.models import delivery_bindings, events, operations, runs
-
-ROOT_HASH = "ab" * 32
-# A realistic epoch-milliseconds start: lease expiries exceed 32-bit integers (BIGINT).
-START_MS = 1_768_469_475_000
-
-_TABLES = {
-    "runs": runs,
-    "events": events,
-    "operations": operations,
-    "delivery_bindings": delivery_bindings,
-}
-
-Snapshot = dict[str, list[tuple[Any, ...]]]
-
-
-class FakeClock:
-    """A controllable clock: ``clock()`` returns ``clock.now`` (int milliseconds)."""
-
-    def __init__(self, now: int = START_MS) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
 
 
 @pytest.fixture
@@ -102,16 +76,7 @@ def snapshot(db: Engine) -> Callable[[], Snapshot]:
     """``snapshot()``: every row of the four owned tables."""
 
     def take() -> Snapshot:
-        with db.connect() as connection:
-            return {
-                name: [
-                    tuple(row)
-                    for row in connection.execute(
-                        select(table).order_by(*table.primary_key.columns)
-                    )
-                ]
-                for name, table in _TABLES.items()
-            }
+        return table_snapshot(db)
 
     return take
 

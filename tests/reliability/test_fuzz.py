@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine
+from support import START_MS, FakeClock
 
 import cadence_store
 from cadence_store import (
@@ -41,7 +42,6 @@ from cadence_store import (
 )
 
 ROOT_HASH = "ab" * 32
-START_MS = 1_768_469_475_000
 A, B, C = "a" * 64, "b" * 64, "c" * 64
 
 
@@ -174,14 +174,6 @@ def _contains_surrogate(value: Any, depth: int = 0) -> bool:
 
 
 # -- the world a fuzzed call runs in ------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
 
 
 _SNAPSHOT_SQL = {

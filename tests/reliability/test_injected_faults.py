@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, event, make_url, select, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from support import OWNED, ROOT_HASH, FakeClock, table_snapshot
 
 import cadence_store
 from cadence_store import (
@@ -33,42 +34,10 @@ from cadence_store import (
     RunStore,
     StoreUnavailableError,
 )
-from cadence_store.models import delivery_bindings, events, operations, runs
 
-ROOT_HASH = "ab" * 32
-START_MS = 1_768_469_475_000
 A, B, C = "a" * 64, "b" * 64, "c" * 64
-TABLES = {
-    "runs": runs,
-    "events": events,
-    "operations": operations,
-    "delivery_bindings": delivery_bindings,
-}
-Snapshot = dict[str, list[tuple[Any, ...]]]
-
-
-class FakeClock:
-    def __init__(self, now: int = START_MS) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
-def snapshot(engine: Engine) -> Snapshot:
-    with engine.connect() as connection:
-        taken = {
-            name: [
-                tuple(row)
-                for row in connection.execute(select(table).order_by(*table.primary_key.columns))
-            ]
-            for name, table in TABLES.items()
-        }
-        connection.rollback()
-    return taken
+TABLES = OWNED
+snapshot = table_snapshot
 
 
 def is_sqlite(url: str) -> bool:

@@ -46,13 +46,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from sqlalchemy import Engine, create_engine, delete, select
+from support import FakeClock
 
 import cadence_store
 from cadence_store import BindDelivery, CadenceStoreError, OperationLease, RunStore
 from cadence_store.models import delivery_bindings, events, operations, runs
 
 ROOT = "ab" * 32
-START_MS = 1_768_469_475_000
 ZERO = "0" * 64
 
 # -- the cadence 1.x rules, written out again (run-state.ts / run-store.ts) ----------------
@@ -613,14 +613,6 @@ OUTCOMES = [
 # no lease two times in three
 LEASE_CHOICE = st.one_of(st.none(), st.none(), st.integers(0, 50))
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @dataclass
