@@ -25,20 +25,26 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import cli_render as render
-from .engine import create_store_engine, masked_url
+from .engine import create_store_engine, masked_url, parse_url
 from .errors import (
     CadenceStoreError,
     InvalidInputError,
     JournalIntegrityError,
     StoreUnavailableError,
 )
-from .failures import translate_database_error
+from .failures import READ, database_errors, translate_database_error
 from .journal import RUN_STAGES, RUN_STATES, apply_event, js_stringify
 from .models import delivery_bindings, events, operations, runs
-from .schema import current_revision, head_revision, owned_tables_present, upgrade_command
+from .schema import (
+    current_revision,
+    head_revision,
+    owned_tables_present,
+    schema_options,
+    upgrade_command,
+)
 from .schema import upgrade as upgrade_database
 from .state_root import resolve_state_root
 from .store import RunStore
@@ -83,7 +89,10 @@ class StoreGroup(click.Group):
             return super().invoke(ctx)
         except CadenceStoreError as error:
             ctx.exit(render.echo_error(error, _known_urls(ctx)))
-        except DBAPIError as error:
+        except SQLAlchemyError as error:
+            if isinstance(error, ArgumentError):
+                invalid = InvalidInputError("invalid-database-url", str(error))
+                ctx.exit(render.echo_error(invalid, _known_urls(ctx)))
             ctx.exit(render.echo_error(translate_database_error(error), _known_urls(ctx)))
         except ArgumentError as error:
             invalid = InvalidInputError("invalid-database-url", str(error))
@@ -146,12 +155,21 @@ def _require_existing_sqlite(url: str) -> None:
         )
 
 
+def schema_for(url: str | None, schema: str | None = None) -> str | None:
+    """The PostgreSQL schema of the cadence tables at `url`: `schema` if given, else
+    `$CADENCE_STORE_SCHEMA`. SQLite has no schemas, so a SQLite URL (or the embedded
+    store) gets none: one setting serves a copy between the two engines."""
+    if not url or parse_url(url).get_backend_name() == "sqlite":
+        return None
+    return schema or os.environ.get("CADENCE_STORE_SCHEMA") or None
+
+
 def open_store(url: str | None, *, root_hash: str | None = None) -> RunStore:
     """The selected database as a `RunStore` (the embedded default is opened and upgraded)."""
     if url:
         _remember(url)
         _require_existing_sqlite(url)
-        return RunStore(url, root_hash=root_hash, schema=os.environ.get("CADENCE_STORE_SCHEMA"))
+        return RunStore(url, root_hash=root_hash, schema=schema_for(url))
     return RunStore.open(resolve_state_root(os.getcwd()))
 
 
@@ -234,7 +252,7 @@ def upgrade(url: str | None, schema: str | None) -> None:
     """
     if url:
         _remember(url)
-        revision = upgrade_database(url, schema=schema)
+        revision = upgrade_database(url, schema=schema_for(url, schema))
         click.echo(f"{masked_url(url)} is at {revision} (head)")
         return
     with opened(None) as store:
@@ -265,15 +283,19 @@ def info(url: str | None, as_json: bool) -> None:
     """
     head = head_revision()
     details: dict[str, Any] = {}
+    schema = schema_for(url)
     if url:
         _remember(url)
         _require_existing_sqlite(url)
         engine = create_store_engine(url)
         try:
-            with engine.connect() as connection:
-                revision = current_revision(connection)
+            with database_errors(READ), engine.connect() as connection:
+                connection.execution_options(**schema_options(schema))
+                revision = current_revision(connection, schema)
                 details["engine"] = f"{engine.dialect.name} ({engine.driver})"
                 details["database"] = masked_url(engine.url)
+                if schema is not None:
+                    details["schema"] = schema
                 details["revision"] = revision
                 details["head"] = head
                 if {"runs", "events"} <= owned_tables_present(connection):
@@ -312,7 +334,7 @@ def info(url: str | None, as_json: bool) -> None:
             shown["states"] = ", ".join(f"{state} {count}" for state, count in by_state.items())
         render.console().print(render.key_values(shown))
     if not at_head:
-        command = upgrade_command(url) if url else "cadence-store upgrade"
+        command = upgrade_command(url, schema) if url else "cadence-store upgrade"
         click.echo(f"error: run-store-upgrade-required\n  run: {command}", err=True)
         sys.exit(render.EXIT_STORE)
 
@@ -756,6 +778,7 @@ def copy(source: str | None, destination: str, batch_size: int) -> None:
     """
     _remember(destination)
     _require_existing_sqlite(destination)
+    destination_schema = schema_for(destination)
     with opened(source) as store, _progress() as bar:
         tasks: dict[str, Any] = {}
 
@@ -765,7 +788,13 @@ def copy(source: str | None, destination: str, batch_size: int) -> None:
                 tasks[update.phase] = bar.add_task(label, total=update.total)
             bar.update(tasks[update.phase], completed=update.done, total=update.total)
 
-        report = copy_store(store.engine, destination, batch_size=batch_size, progress=advance)
+        report = copy_store(
+            store.engine,
+            destination,
+            batch_size=batch_size,
+            progress=advance,
+            destination_schema=destination_schema,
+        )
         label = describe(store)
     click.echo(
         f"copied {report.runs_written} run(s), {report.events_written} event(s) from {label} "

@@ -26,7 +26,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
 from . import legacy
 from .engine import create_store_engine, enable_wal, is_postgresql, is_sqlite, masked_url
@@ -205,6 +206,12 @@ def _migration_failure(error: Exception) -> Exception:
     return MigrationError("run-store-migration-failed", f"{type(error).__name__}: {error}")
 
 
+def forget_store_ready(connection: Connection) -> None:
+    from .shape import forget_store_ready as forget  # shape imports this module
+
+    forget(connection)
+
+
 def upgrade(
     bind: str | URL | Engine, revision: str = "heads", *, schema: str | None = None
 ) -> str | None:
@@ -217,7 +224,8 @@ def upgrade(
     try:
         with migration_transaction(engine, schema) as connection:
             command.upgrade(alembic_config(connection), revision)
-            reached = current_revision(connection)
+            reached = current_revision(connection, store_schema(connection))
+            forget_store_ready(connection)
         if is_sqlite(engine):
             with engine.connect() as connection:
                 enable_wal(connection)
@@ -233,15 +241,22 @@ def downgrade(bind: str | URL | Engine, revision: str, *, schema: str | None = N
     try:
         with migration_transaction(engine, schema) as connection:
             command.downgrade(alembic_config(connection), revision)
-            return current_revision(connection)
+            forget_store_ready(connection)
+            return current_revision(connection, store_schema(connection))
     finally:
         if engine is not bind:
             engine.dispose()
 
 
 def upgrade_command(url: URL | str, schema: str | None = None) -> str:
+    """The command that brings `url` to head, with every option it needs (a schema only
+    where there are schemas: never for SQLite)."""
     command = f"cadence-store upgrade --url '{masked_url(url)}'"
-    return command if schema is None else f"{command} --schema {schema}"
+    try:
+        sqlite = make_url(url).get_backend_name() == "sqlite"
+    except (ArgumentError, ValueError, TypeError):
+        sqlite = False
+    return command if schema is None or sqlite else f"{command} --schema {schema}"
 
 
 def assert_at_head(connection: Connection, schema: str | None = None) -> None:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from .engine import create_store_engine, enable_wal, is_sqlite, read_snapshot
 from .errors import (
+    InvalidInputError,
     SchemaOutOfDateError,
     StoreBusyError,
     StoreFormatError,
@@ -98,6 +99,9 @@ class RunStore:
         )
         self._closed = False
         self.state_root: StateRoot | None = None
+        if self.schema is not None and is_sqlite(self.engine):
+            self._dispose()
+            raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
         missing = _missing_sqlite_file(self.engine)
         if missing is not None:
             self._dispose()

@@ -30,7 +30,6 @@ from typing import IO, Any, Final, TextIO
 
 from sqlalchemy import Connection, Engine, Integer, Table, func, select, tuple_
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
 
 from .engine import create_store_engine, is_postgresql, is_sqlite
 from .errors import (
@@ -40,13 +39,13 @@ from .errors import (
     JournalIntegrityError,
     OperationConflictError,
 )
-from .failures import translate_database_error
+from .failures import READ, WRITE, database_errors
 from .journal import ChainVerifier, hash_event
 from .journal.canonical import JsonValueError
 from .journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from .journal.verification import stored_difference
 from .models import delivery_bindings, events, operations, runs
-from .schema import assert_at_head
+from .schema import assert_at_head, schema_options, store_schema
 from .unit_of_work import UnitOfWork
 
 Bind = str | URL | Engine
@@ -247,13 +246,15 @@ def dump_record(record: Record) -> str:
 
 
 @contextmanager
-def _engine(bind: Bind) -> Iterator[Engine]:
+def _engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
+    """`bind` as an engine whose connections find the cadence tables in `schema`."""
+    options = schema_options(schema)
     if isinstance(bind, Engine):
-        yield bind
+        yield bind.execution_options(**options) if options else bind
         return
     engine = create_store_engine(bind)
     try:
-        yield engine
+        yield engine.execution_options(**options) if options else engine
     finally:
         engine.dispose()
 
@@ -272,18 +273,10 @@ def _snapshot(engine: Engine) -> Iterator[Connection]:
                     # pysqlite begins nothing for a SELECT: a deferred BEGIN makes every
                     # read below see one snapshot.
                     connection.exec_driver_sql("BEGIN")
-            assert_at_head(connection)
+            assert_at_head(connection, store_schema(connection))
             yield connection
         finally:
             connection.rollback()
-
-
-@contextmanager
-def _database_errors() -> Iterator[None]:
-    try:
-        yield
-    except DBAPIError as error:
-        raise translate_database_error(error) from error
 
 
 # -- parsing and offline checks -----------------------------------------------------------
@@ -614,14 +607,23 @@ def _write_batch(
 
 
 def export_store(
-    bind: Bind, out: TextIO, *, batch_size: int = DEFAULT_BATCH_SIZE
+    bind: Bind,
+    out: TextIO,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    schema: str | None = None,
 ) -> TransferReport:
     """Write every run of a database (at head) to `out` as JSON Lines, one run at a time.
 
-    Reads one consistent snapshot; stored TEXT columns are copied verbatim.
+    Reads one consistent snapshot; stored TEXT columns are copied verbatim. `schema`: the
+    PostgreSQL schema of the cadence tables (or an engine that already translates to it).
     """
     report = TransferReport()
-    with _database_errors(), _engine(bind) as engine, _snapshot(engine) as connection:
+    with (
+        database_errors(READ),
+        _engine(bind, schema) as engine,
+        _snapshot(engine) as connection,
+    ):
         for record in iter_records(connection, batch_size=batch_size):
             out.write(dump_record(record))
             out.write("\n")
@@ -677,8 +679,9 @@ def import_store(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
+    schema: str | None = None,
 ) -> TransferReport:
-    """Import an export into a database at head.
+    """Import an export into a database at head (`schema`: as for `export_store`).
 
     Every record is parsed and verified offline first, and every run id compared with the
     destination, so a bad file or a conflicting run (`run-id-conflict`) writes nothing.
@@ -687,9 +690,9 @@ def import_store(
     skipped: importing the same file twice changes nothing.
     """
     report = TransferReport()
-    with _engine(bind) as engine, _database_errors():
+    with _engine(bind, schema) as engine, database_errors(WRITE):
         with engine.connect() as connection:
-            assert_at_head(connection)
+            assert_at_head(connection, store_schema(connection))
             connection.rollback()
         with _spool_checked(lines) as spool:
             total = 0
@@ -719,8 +722,12 @@ def copy_store(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressCallback | None = None,
+    source_schema: str | None = None,
+    destination_schema: str | None = None,
 ) -> TransferReport:
     """Copy every run (events, operations, delivery bindings) from one database to another.
+
+    `source_schema` / `destination_schema`: as `schema` of `export_store`, for each side.
 
     Both must be at head (`SchemaOutOfDateError` otherwise). The source is read on one
     snapshot; every source chain is verified and every run id compared with the
@@ -734,12 +741,12 @@ def copy_store(
         raise InvalidInputError("invalid-batch-size")
     report = TransferReport()
     with (
-        _database_errors(),
-        _engine(source) as source_engine,
-        _engine(destination) as destination_engine,
+        database_errors(WRITE),
+        _engine(source, source_schema) as source_engine,
+        _engine(destination, destination_schema) as destination_engine,
     ):
         with destination_engine.connect() as connection:
-            assert_at_head(connection)
+            assert_at_head(connection, store_schema(connection))
             connection.rollback()
         with _snapshot(source_engine) as reader:
             total = int(reader.execute(select(func.count()).select_from(runs)).scalar_one())
