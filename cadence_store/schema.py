@@ -85,9 +85,10 @@ def require_schema_name(schema: object) -> str | None:
     return schema
 
 
-def store_schema(connection: Connection) -> str | None:
-    """The schema a migration connection puts cadence tables in (its translate map)."""
-    translate = connection.get_execution_options().get("schema_translate_map") or {}
+def store_schema(bind: Connection | Engine) -> str | None:
+    """The schema a migration or transfer connection (or engine) puts cadence tables in
+    (its translate map)."""
+    translate = bind.get_execution_options().get("schema_translate_map") or {}
     schema = translate.get(None)
     return None if schema is None else str(schema)
 

@@ -583,7 +583,7 @@ def _write_batch(
     """Write runs in one transaction, re-verifying each chain there; returns ids written."""
     written: list[str] = []
     count = 0
-    with UnitOfWork(engine) as uow:
+    with UnitOfWork(engine, schema=store_schema(engine)) as uow:
         connection = uow.session.connection()
         for record in records:
             run_id = record["run"]["run_id"]
