@@ -8,8 +8,8 @@ The statements are Core against the models' tables, compiled once and run on the
 cursor by `sql.Statements`, like the repository's own: SQLAlchemy's `Connection.execute`
 would begin its own transaction, which on a `configure_engine` engine is a write lock
 (BEGIN IMMEDIATE) inside the read snapshot. A listing's statement depends on which
-filters it has, so each filter shape is a named statement of its own (a few dozen at
-most), values always bound.
+filters it has, so each filter shape is a named statement of its own (a bounded number:
+stages x states x four optional filters), values always bound.
 """
 
 from __future__ import annotations
@@ -72,15 +72,13 @@ class _OperationRow(NamedTuple):
     kind: str
     state: str
     outcome_json: str | None
-    has_lease_token: Any  # a boolean (0/1 on SQLite)
+    has_lease_token: bool | int  # SQLite answers 0 or 1
     lease_expires_at: int | None
 
 
 def _count(table: Any) -> Any:
     return select(func.count()).select_from(table).scalar_subquery()
 
-
-_RUN_ROWS: Final = delivery_bindings.c.run_id == bindparam("run_id")
 
 READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "count_rows": lambda _: select(
@@ -99,7 +97,7 @@ READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
             delivery_bindings.c.contract_hash,
             delivery_bindings.c.record_hash,
         )
-        .where(_RUN_ROWS)
+        .where(delivery_bindings.c.run_id == bindparam("run_id"))
         .order_by(delivery_bindings.c.revision, delivery_bindings.c.gate)
     ),
     # the lease token itself is never read here, only whether there is one
@@ -119,10 +117,10 @@ READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
 STATEMENTS.update(READ_STATEMENTS)
 
 
-def _one_of(column: Any, name: str, count: int) -> ColumnElement[bool]:
+def _one_of(column: ColumnElement[str], name: str, count: int) -> ColumnElement[bool]:
     if count == 1:
-        return column == bindparam(f"{name}_0")  # type: ignore[no-any-return]
-    return column.in_([bindparam(f"{name}_{i}") for i in range(count)])  # type: ignore[no-any-return]
+        return column == bindparam(f"{name}_0")
+    return column.in_([bindparam(f"{name}_{i}") for i in range(count)])
 
 
 def listing_statement(listing: RunListing) -> str:
