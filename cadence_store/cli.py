@@ -25,9 +25,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.orm import Session
 
-from . import OWNED_TABLES
 from . import cli_render as render
 from .engine import create_store_engine, masked_url
 from .errors import (
@@ -39,8 +37,7 @@ from .errors import (
 from .failures import translate_database_error
 from .journal import RUN_STAGES, RUN_STATES, js_stringify
 from .journal.views import StoreCounts
-from .repository import RunRepository
-from .schema import current_revision, head_revision, owned_tables_present, upgrade_command
+from .schema import current_revision, head_revision, upgrade_command
 from .schema import upgrade as upgrade_database
 from .state_root import resolve_state_root
 from .store import RunStore
@@ -277,10 +274,11 @@ def info(url: str | None, as_json: bool) -> None:
                 details["database"] = masked_url(engine.url)
                 details["revision"] = revision
                 details["head"] = head
-                if owned_tables_present(connection) >= OWNED_TABLES:
-                    # a repository, not a RunStore: a store not at head is counted too
-                    details.update(_counts(RunRepository(Session(bind=connection)).counts()))
                 connection.rollback()
+            if revision == head:  # a store not at head is refused until it is upgraded
+                schema = os.environ.get("CADENCE_STORE_SCHEMA")
+                with RunStore(engine, schema=schema) as store:
+                    details.update(_counts(store.counts()))
         finally:
             engine.dispose()
     else:

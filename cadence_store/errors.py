@@ -6,6 +6,7 @@ cadence 1.x keep working; the subclasses only group them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
@@ -71,22 +72,54 @@ class JournalIntegrityError(CadenceStoreError):
 
 
 class StoreFormatError(CadenceStoreError):
-    """The database is not a store this library can adopt; it was left untouched."""
+    """The database is not a store this library can use; it was left untouched.
+
+    Its recovery hint fits the situation: a dedicated run store (the embedded state-root
+    store, or a file that holds nothing but cadence's tables) may be backed up and reset,
+    as cadence 1.x advised; a host database that merely shares table names is told which
+    tables clash and that nothing was changed — never to delete anything.
+    """
 
     default_code = "run-store-reset-required"
-    recovery: ClassVar[dict[str, Any]] = {
+    RESET_RECOVERY: ClassVar[dict[str, Any]] = {
         "action": "reset-private-run-store",
         "requiresBackup": True,
         "retryCommand": "status-or-start",
     }
 
-    def __init__(self, database_path: str | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self,
+        database_path: str | None = None,
+        detail: str | None = None,
+        *,
+        clashing_tables: Sequence[str] = (),
+        schema: str | None = None,
+    ) -> None:
         super().__init__(self.default_code, detail)
         self.database_path = database_path
+        self.clashing_tables = tuple(clashing_tables)
+        self.schema = schema
+
+    @property
+    def recovery(self) -> dict[str, Any]:
+        if self.clashing_tables:
+            return {
+                "action": "keep-cadence-tables-apart",
+                "requiresBackup": False,
+                "clashingTables": list(self.clashing_tables),
+            }
+        return dict(self.RESET_RECOVERY)
 
     @property
     def hint(self) -> str:
         where = self.database_path or "the database"
+        if self.clashing_tables:
+            tables = ", ".join(self.clashing_tables)
+            return (
+                f"nothing was changed: {where} already has tables named like cadence-store's "
+                f"own ({tables}) that are not a cadence run store; give cadence-store its own "
+                "PostgreSQL schema (--schema NAME / schema=) or its own database"
+            )
         return (
             f"back up {where}, then reset (remove) the private run store and retry "
             "the status or start command"

@@ -1,18 +1,42 @@
-"""Translating driver errors into coded `CadenceStoreError`s, and which ones to retry.
+"""The error boundary: driver errors become coded `CadenceStoreError`s, in one place.
+
+Every public entry point (store, unit of work, repository, transfer, schema, CLI) goes
+through `database_errors` (a context manager) or `coded` (a decorator that also wraps
+generator functions), so no raw driver exception escapes whichever way a caller comes in.
 
 Codes: `run-store-busy` (other writers held the store past the wait or retry budget),
-`run-store-unavailable` (the database cannot be read or written: read-only, disk full,
-I/O error, unreachable), `run-store-write-failed` (the database refused a write, e.g. a
-constraint or trigger; nothing of the call was kept).
+`run-store-unavailable` (the database cannot be reached or used at all: read-only, disk
+full, I/O error, unreachable, lost connection), `run-store-read-failed` /
+`run-store-write-failed` (the database refused a statement of a read / a write, e.g. a
+missing table or a constraint; nothing of the call was kept). Classification is by the
+driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by message text.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+import functools
+import inspect
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Any, Final, ParamSpec, TypeVar, cast
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from .errors import CadenceStoreError, StoreBusyError, StoreUnavailableError
+
+
+class Access(StrEnum):
+    """What a call was doing when the database failed: it picks the failure's code."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+READ: Final = Access.READ
+WRITE: Final = Access.WRITE
 
 # SQLite primary result codes (https://sqlite.org/rescode.html)
 _SQLITE_BUSY: Final = frozenset({5, 6})  # BUSY, LOCKED
@@ -31,8 +55,20 @@ def _driver_error(error: BaseException) -> BaseException:
     return error
 
 
-def is_database_error(error: BaseException, dbapi: Any) -> bool:
-    return isinstance(error, DBAPIError) or (dbapi is not None and isinstance(error, dbapi.Error))
+def _driver_error_types() -> tuple[type[BaseException], ...]:
+    """The DB-API base exceptions of the drivers in use (never imported just for this)."""
+    types: list[type[BaseException]] = [sqlite3.Error]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        types.append(psycopg.Error)
+    return tuple(types)
+
+
+def is_database_error(error: BaseException, dbapi: Any = None) -> bool:
+    """A failure of the database or its driver (wrapped by SQLAlchemy or bare)."""
+    if isinstance(error, (SQLAlchemyError, *_driver_error_types())):
+        return True
+    return dbapi is not None and isinstance(error, dbapi.Error)
 
 
 def _sqlite_code(error: BaseException) -> int | None:
@@ -47,11 +83,14 @@ def sqlstate(error: BaseException) -> str | None:
 
 
 def is_retryable(error: BaseException | None) -> bool:
-    """A PostgreSQL serialization failure, deadlock or lost insert race."""
+    """A PostgreSQL serialization failure, deadlock or lock timeout."""
     return error is not None and sqlstate(error) in RETRYABLE_SQLSTATES
 
 
-def translate_database_error(error: BaseException) -> CadenceStoreError:
+def translate_database_error(error: BaseException, access: Access = WRITE) -> CadenceStoreError:
+    """The coded error for a database failure met while reading or writing."""
+    if isinstance(error, CadenceStoreError):
+        return error
     orig = _driver_error(error)
     detail = f"{type(orig).__name__}: {orig}"
     code = _sqlite_code(error)
@@ -66,4 +105,60 @@ def translate_database_error(error: BaseException) -> CadenceStoreError:
     if state is None and code is None and type(orig).__name__ == "OperationalError":
         # no SQLSTATE: the server never answered (refused, unreachable, auth)
         return StoreUnavailableError("run-store-unavailable", detail)
-    return StoreUnavailableError("run-store-write-failed", detail)
+    return StoreUnavailableError(f"run-store-{access}-failed", detail)
+
+
+@contextmanager
+def database_errors(access: Access) -> Iterator[None]:
+    """Raise database failures inside the block as coded `CadenceStoreError`s."""
+    try:
+        yield
+    except CadenceStoreError:
+        raise
+    except Exception as error:
+        if is_database_error(error):
+            raise translate_database_error(error, access) from error
+        raise
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def coded(access: Access) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a public function (or generator function) with `database_errors`.
+
+    A generator is wrapped as it is consumed: the rows it streams fail coded too.
+    """
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        if inspect.isgeneratorfunction(function):
+
+            @functools.wraps(function)
+            def generator(*args: P.args, **kwargs: P.kwargs) -> Any:
+                with database_errors(access):
+                    return (yield from cast(Iterator[Any], function(*args, **kwargs)))
+
+            return cast(Callable[P, R], generator)
+
+        @functools.wraps(function)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with database_errors(access):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+__all__ = [
+    "READ",
+    "WRITE",
+    "Access",
+    "coded",
+    "database_errors",
+    "is_database_error",
+    "is_retryable",
+    "sqlstate",
+    "translate_database_error",
+]

@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Concatenate, Final, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -44,7 +44,7 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import is_database_error, translate_database_error
+from .failures import READ, WRITE, coded
 from .journal import (
     RUN_STATES,
     TERMINAL_STATES,
@@ -78,6 +78,8 @@ from .journal.validation import (
 from .journal.values import ApprovalProof, BindDelivery
 from .journal.verification import MIRRORED_COLUMNS, stored_difference
 from .journal.views import RunDetail, StoreCounts, check_run_listing
+from .schema import require_schema_name
+from .shape import assert_store_ready
 from .sql import Statements
 
 Clock = Callable[[], int]
@@ -173,29 +175,6 @@ class _RunHead:
         return self._document
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _coded(
-    method: Callable[Concatenate[RunRepository, P], R],
-) -> Callable[Concatenate[RunRepository, P], R]:
-    """Raise driver errors as coded `CadenceStoreError`s (also in a host's Session)."""
-
-    def wrapper(self: RunRepository, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as error:
-            if is_database_error(error, self._connection().dialect.loaded_dbapi):
-                raise translate_database_error(error) from error
-            raise
-
-    wrapper.__name__ = method.__name__
-    wrapper.__qualname__ = method.__qualname__
-    wrapper.__doc__ = method.__doc__
-    return wrapper
-
-
 class RunRepository:
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
@@ -206,13 +185,11 @@ class RunRepository:
         *,
         root_hash: str | None = None,
         clock: Clock | None = None,
+        schema: str | None = None,
     ) -> None:
-        self._session: Session | None = session
-        self._session_factory: Callable[[], Session] | None = None
-        self._own_connection: Connection | None = None
-        self.root_hash = None if root_hash is None else require_root_hash(root_hash)
-        require_clock(clock)
-        self._clock: Clock = system_clock if clock is None else clock
+        """`schema`: the PostgreSQL schema holding cadence-store's tables (the session's
+        other statements, a host's own tables, are left as they are)."""
+        self._setup(session, None, None, root_hash, clock, schema)
 
     @classmethod
     def on_connection(
@@ -222,17 +199,31 @@ class RunRepository:
         *,
         root_hash: str | None = None,
         clock: Clock | None = None,
+        schema: str | None = None,
     ) -> RunRepository:
         """A repository on a connection whose transaction its owner (a unit of work)
         manages; the `Session` is made only if someone asks for `.session`."""
         repository = cls.__new__(cls)
-        repository._session = None
-        repository._session_factory = session_factory
-        repository._own_connection = connection
-        repository.root_hash = None if root_hash is None else require_root_hash(root_hash)
-        require_clock(clock)
-        repository._clock = system_clock if clock is None else clock
+        repository._setup(None, session_factory, connection, root_hash, clock, schema)
         return repository
+
+    def _setup(
+        self,
+        session: Session | None,
+        session_factory: Callable[[], Session] | None,
+        connection: Connection | None,
+        root_hash: str | None,
+        clock: Clock | None,
+        schema: str | None,
+    ) -> None:
+        self._session = session
+        self._session_factory = session_factory
+        self._own_connection = connection
+        self.root_hash = None if root_hash is None else require_root_hash(root_hash)
+        require_clock(clock)
+        self._clock: Clock = system_clock if clock is None else clock
+        self.schema = require_schema_name(schema)
+        self._ready = False
 
     @property
     def session(self) -> Session:
@@ -244,9 +235,14 @@ class RunRepository:
     # -- connections and locks -------------------------------------------------------
 
     def _connection(self) -> Connection:
-        if self._own_connection is not None:
-            return self._own_connection
-        return self.session.connection()
+        connection = (
+            self._own_connection if self._own_connection is not None else self.session.connection()
+        )
+        if not self._ready:
+            # once per engine: a store not at head, or drifted from the models, is refused
+            assert_store_ready(connection, self.schema)
+            self._ready = True
+        return connection
 
     def _write_statements(self) -> Statements:
         """Statements on the session's connection, in a transaction fit for writing.
@@ -260,10 +256,10 @@ class RunRepository:
             raw = connection.connection.dbapi_connection
             if raw is not None and not getattr(raw, "in_transaction", True):
                 begin_immediate(connection)
-        return Statements(connection)
+        return Statements(connection, self.schema)
 
     def _read_statements(self) -> Statements:
-        return Statements(self._connection())
+        return Statements(self._connection(), self.schema)
 
     def _now(self) -> int:
         now = self._clock()
@@ -365,7 +361,7 @@ class RunRepository:
 
     # -- runs --------------------------------------------------------------------------
 
-    @_coded
+    @coded(WRITE)
     def start_run(
         self,
         stage: str,
@@ -458,7 +454,7 @@ class RunRepository:
         self._record(sql, run_id, operation_id, START, projection_json)
         return _built(created)
 
-    @_coded
+    @coded(WRITE)
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         require_operation_id(operation_id)
         require_change(change)
@@ -544,7 +540,7 @@ class RunRepository:
         self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
         return _built(document)
 
-    @_coded
+    @coded(WRITE)
     def bind_delivery(
         self,
         run_id: str,
@@ -597,7 +593,7 @@ class RunRepository:
             raise InvalidInputError("delivery-binding-write-invalid")
         return requests
 
-    @_coded
+    @coded(WRITE)
     def bind_deliveries(self, requests: list[BindDelivery]) -> RunProjection:
         """Bind several checked deliveries of one run (see `check_deliveries`)."""
         sql = self._write_statements()
@@ -624,7 +620,7 @@ class RunRepository:
         )
         return projection
 
-    @_coded
+    @coded(WRITE)
     def transition_once(
         self,
         run_id: str,
@@ -673,7 +669,7 @@ class RunRepository:
             raise LeaseFencedError("lease-fenced")
         return row
 
-    @_coded
+    @coded(WRITE)
     def acquire_lease(
         self,
         run_id: str,
@@ -723,7 +719,7 @@ class RunRepository:
         )
         return lease
 
-    @_coded
+    @coded(WRITE)
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
@@ -739,7 +735,7 @@ class RunRepository:
         )
         return checked.model_copy(update={"expires_at": expires_at})
 
-    @_coded
+    @coded(WRITE)
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         self._assert_live(self._write_statements(), coerce_lease(lease))
 
@@ -757,7 +753,7 @@ class RunRepository:
         if changed != 1:
             raise LeaseFencedError("lease-fenced")
 
-    @_coded
+    @coded(WRITE)
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -772,11 +768,11 @@ class RunRepository:
         result: dict[str, Any] = json.loads(serialized)
         return result
 
-    @_coded
+    @coded(WRITE)
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         self._finish_lease(coerce_lease(lease), "interrupted", None)
 
-    @_coded
+    @coded(WRITE)
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
         require_operation_id(operation_id)
         require_run_id(run_id)
@@ -807,29 +803,25 @@ class RunRepository:
                 raise JournalIntegrityError("operation-outcome-invalid")
         return OperationStatus(state=row.state, outcome=outcome, expires_at=row.lease_expires_at)
 
-    @_coded
+    @coded(WRITE)
     def recover_expired_leases(self) -> int:
         return self._write_statements().write("expire_leases", now=self._now())
 
     # -- reading and verifying ---------------------------------------------------------
 
-    @_coded
+    @coded(READ)
     def status(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         head = self._require_head(self._read_statements(), run_id, lock=False)
         return _projection(_parse_document(head.projection_json))
 
+    @coded(READ)
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
         fetched in batches (a chain is never loaded whole)."""
-        connection = self._connection()
-        try:
-            yield from Statements(connection).stream("events_of_run", EVENT_BATCH, run_id=run_id)
-        except Exception as error:
-            if is_database_error(error, connection.dialect.loaded_dbapi):
-                raise translate_database_error(error) from error
-            raise
+        yield from self._read_statements().stream("events_of_run", EVENT_BATCH, run_id=run_id)
 
+    @coded(READ)
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
@@ -842,7 +834,7 @@ class RunRepository:
                 hash=event_hash,
             )
 
-    @_coded
+    @coded(READ)
     def list_events(self, run_id: str) -> list[RunEvent]:
         return list(self.iter_events(run_id))
 
@@ -866,13 +858,13 @@ class RunRepository:
                 error.code, run_id=run_id, sequence=verifier.count + 1
             ) from None
 
-    @_coded
+    @coded(READ)
     def rebuild_projection(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
         return _projection(self._replay_chain(run_id))
 
-    @_coded
+    @coded(READ)
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with everything stored about the run: the
         projection (key order included), the run row's columns and the binding rows."""
@@ -898,13 +890,13 @@ class RunRepository:
             )
         return _projection(rebuilt)
 
-    @_coded
+    @coded(READ)
     def run_ids(self) -> list[str]:
         return [str(row[0]) for row in self._read_statements().all("run_ids")]
 
     # -- the read side (cadence_store.queries) ------------------------------------------
 
-    @_coded
+    @coded(READ)
     def list_runs(
         self,
         *,
@@ -926,7 +918,7 @@ class RunRepository:
         )
         return queries.list_runs(self._read_statements(), listing)
 
-    @_coded
+    @coded(READ)
     def run_detail(self, run_id: str) -> RunDetail:
         """The run's projection, binding rows, operations (leases judged by the clock)
         and state timeline."""
@@ -935,7 +927,7 @@ class RunRepository:
             self._read_statements(), projection, self.iter_events(run_id), self._now()
         )
 
-    @_coded
+    @coded(READ)
     def counts(self) -> StoreCounts:
         """Rows of runs, events, operations and bindings, and runs per state."""
         return queries.counts(self._read_statements())

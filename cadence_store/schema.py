@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,6 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from . import legacy
 from .engine import create_store_engine, enable_wal, is_postgresql, is_sqlite, masked_url
@@ -37,9 +37,8 @@ from .errors import (
     SchemaOutOfDateError,
     StoreBusyError,
     StoreFormatError,
-    StoreUnavailableError,
 )
-from .failures import translate_database_error
+from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
 
 VERSION_TABLE: Final = "cadence_store_version"
@@ -76,25 +75,34 @@ def head_revision() -> str:
     return heads[0]
 
 
+def require_schema_name(schema: object) -> str | None:
+    """A PostgreSQL schema name for cadence-store's tables (None: the default schema)."""
+    if schema is None:
+        return None
+    if not isinstance(schema, str) or SCHEMA_NAME.fullmatch(schema) is None:
+        raise InvalidInputError("invalid-schema-name", "a schema name is [A-Za-z_][A-Za-z0-9_]*")
+    return schema
+
+
 def store_schema(connection: Connection) -> str | None:
-    """The database schema cadence tables live in (None: the default schema)."""
+    """The schema a migration connection puts cadence tables in (its translate map)."""
     translate = connection.get_execution_options().get("schema_translate_map") or {}
     schema = translate.get(None)
     return None if schema is None else str(schema)
 
 
-def _version_options(connection: Connection) -> dict[str, Any]:
-    return {"version_table": VERSION_TABLE, "version_table_schema": store_schema(connection)}
+def _version_options(schema: str | None) -> dict[str, Any]:
+    return {"version_table": VERSION_TABLE, "version_table_schema": schema}
 
 
-def current_revision(connection: Connection) -> str | None:
+def current_revision(connection: Connection, schema: str | None = None) -> str | None:
     """The cadence-store revision of a database (None when it has none)."""
-    context = MigrationContext.configure(connection, opts=_version_options(connection))
+    context = MigrationContext.configure(connection, opts=_version_options(schema))
     heads = context.get_current_heads()
     return heads[0] if heads else None
 
 
-def _database_label(connection: Connection) -> str:
+def database_label(connection: Connection) -> str:
     url = connection.engine.url
     if is_sqlite(connection):
         return url.database or ":memory:"
@@ -115,27 +123,35 @@ def adopt_if_needed(connection: Connection) -> str | None:
     (or already versioned). Raises `StoreFormatError` for anything else, having only read.
     Must run inside the upgrade transaction.
     """
-    names = set(inspect(connection).get_table_names(schema=store_schema(connection)))
-    if VERSION_TABLE in names or not (names & legacy.CADENCE_TABLE_NAMES):
+    schema = store_schema(connection)
+    names = set(inspect(connection).get_table_names(schema=schema))
+    clashing = names & legacy.CADENCE_TABLE_NAMES
+    if VERSION_TABLE in names or not clashing:
         return None
-    label = _database_label(connection)
-    if not is_sqlite(connection):
-        raise StoreFormatError(label, "cadence tables without a cadence-store version")
-    revision = legacy.legacy_revision(_sqlite_query(connection), names)
+    label = database_label(connection)
+    revision = (
+        legacy.legacy_revision(_sqlite_query(connection), names) if is_sqlite(connection) else None
+    )
     if revision is None:
-        raise StoreFormatError(label, "not a cadence 1.x run store this version can adopt")
-    context = MigrationContext.configure(connection, opts=_version_options(connection))
+        # A database of nothing but cadence 1.x's tables is a damaged run store; one that
+        # holds other tables too is a host's, sharing a name by chance.
+        dedicated = names <= set(legacy.LEGACY_TABLES) | legacy.CADENCE_TABLE_NAMES
+        raise StoreFormatError(
+            label,
+            "not a cadence 1.x run store this version can adopt",
+            clashing_tables=() if dedicated else sorted(clashing),
+            schema=schema,
+        )
+    context = MigrationContext.configure(connection, opts=_version_options(schema))
     context.stamp(ScriptDirectory.from_config(alembic_config()), revision)
     return revision
 
 
 def schema_options(schema: str | None) -> dict[str, Any]:
-    """Execution options that put cadence tables in `schema` (PostgreSQL)."""
-    if schema is None:
-        return {}
-    if not isinstance(schema, str) or SCHEMA_NAME.fullmatch(schema) is None:
-        raise InvalidInputError("invalid-schema-name")
-    return {"schema_translate_map": {None: schema}}
+    """Execution options that put cadence tables in `schema` (PostgreSQL), for
+    connections that touch only cadence-store's tables (migrations, transfer, reads)."""
+    checked = require_schema_name(schema)
+    return {} if checked is None else {"schema_translate_map": {None: checked}}
 
 
 @contextmanager
@@ -144,10 +160,8 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
     options = schema_options(schema)
     if options and not is_postgresql(engine):
         raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
-    try:
+    with database_errors(WRITE):
         opened = engine.connect()
-    except DBAPIError as error:
-        raise translate_database_error(error) from error
     with opened as connection:
         if options:
             connection.execution_options(**options)
@@ -180,21 +194,15 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
 
 
 def _migration_failure(error: Exception) -> Exception:
+    """Busy and unavailable databases keep their codes; any other failure of a step is
+    the migration's (classified by result code or SQLSTATE, as everywhere)."""
     if isinstance(error, CadenceStoreError):
         return error
-    if isinstance(error, OperationalError) and "locked" in str(error.orig).lower():
-        return StoreBusyError("run-store-busy", "another writer held the database")
-    if isinstance(error, OperationalError) and _unavailable(error):
-        return StoreUnavailableError("run-store-unavailable", str(error.orig))
+    if is_database_error(error):
+        translated = translate_database_error(error, WRITE)
+        if isinstance(translated, StoreBusyError) or translated.code == "run-store-unavailable":
+            return translated
     return MigrationError("run-store-migration-failed", f"{type(error).__name__}: {error}")
-
-
-def _unavailable(error: DBAPIError) -> bool:
-    text = str(error.orig).lower()
-    return any(
-        marker in text
-        for marker in ("readonly", "read-only", "unable to open", "disk", "full", "connection")
-    )
 
 
 def upgrade(
@@ -236,14 +244,12 @@ def upgrade_command(url: URL | str, schema: str | None = None) -> str:
     return command if schema is None else f"{command} --schema {schema}"
 
 
-def assert_at_head(connection: Connection) -> None:
+def assert_at_head(connection: Connection, schema: str | None = None) -> None:
     """Refuse a database that is not at the head revision, naming the command to run."""
-    try:
-        revision = current_revision(connection)
-    except DBAPIError as error:
-        raise StoreUnavailableError("run-store-unavailable", str(error.orig)) from None
+    with database_errors(READ):
+        revision = current_revision(connection, schema)
     if revision != head_revision():
-        command = upgrade_command(connection.engine.url, store_schema(connection))
+        command = upgrade_command(connection.engine.url, schema)
         found = revision or "no cadence-store schema"
         raise SchemaOutOfDateError(
             f"database is at {found}, head is {head_revision()}; run: {command}",
@@ -256,7 +262,7 @@ def owned_tables_present(connection: Connection) -> set[str]:
     return set(names) & set(OWNED_TABLES)
 
 
-def _sqlite_unique_keys(connection: Connection, table: str) -> set[frozenset[str]]:
+def sqlite_unique_keys(connection: Connection, table: str) -> set[frozenset[str]]:
     query = _sqlite_query(connection)
     keys = set()
     for _seq, name, unique, *_ in query(f"PRAGMA index_list({legacy.quote(table)})", ()):
@@ -266,7 +272,7 @@ def _sqlite_unique_keys(connection: Connection, table: str) -> set[frozenset[str
     return keys
 
 
-def _sqlite_foreign_keys(connection: Connection, table: str) -> set[tuple[str, str, str, str]]:
+def sqlite_foreign_keys(connection: Connection, table: str) -> set[tuple[str, str, str, str]]:
     rows = _sqlite_query(connection)(f"PRAGMA foreign_key_list({legacy.quote(table)})", ())
     # foreign_key_list: id, seq, table, from, to, on_update, on_delete, match
     return {(str(r[3]), str(r[2]), str(r[4]), str(r[6]).upper()) for r in rows}
@@ -296,7 +302,7 @@ def comparison_filter(connection: Connection) -> Any:
             return True
         if type_ == "unique_constraint":
             columns = frozenset(column.name for column in object.columns)
-            return columns not in _sqlite_unique_keys(connection, table)
+            return columns not in sqlite_unique_keys(connection, table)
         if type_ == "foreign_key_constraint":
             wanted = {
                 (
@@ -307,7 +313,7 @@ def comparison_filter(connection: Connection) -> Any:
                 )
                 for element in object.elements
             }
-            enforced = _sqlite_foreign_keys(connection, table)
+            enforced = sqlite_foreign_keys(connection, table)
             if reflected:
                 # reflected from an inline REFERENCES (options lost): the model's side of
                 # the comparison decides whether SQLite enforces the same key
@@ -318,12 +324,32 @@ def comparison_filter(connection: Connection) -> Any:
     return include
 
 
+_SCHEMA_FROM_ENVIRONMENT: Final = object()
+
+
 def host_include_object(
-    object: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    object: Any,
+    name: str | None,
+    type_: str,
+    reflected: bool,
+    compare_to: Any,
+    *,
+    schema: str | None | object = _SCHEMA_FROM_ENVIRONMENT,
 ) -> bool:
-    """Pass as a host env.py's `include_object`: its autogenerate ignores cadence tables."""
-    if type_ == "table":
-        return name not in OWNED_TABLES and name != VERSION_TABLE
-    table = getattr(object, "table", None)
-    table_name = getattr(table, "name", None)
-    return table_name not in OWNED_TABLES and table_name != VERSION_TABLE
+    """Pass as a host env.py's `include_object`: its autogenerate ignores cadence tables.
+
+    A table is cadence-store's only when both its name and its schema match: `schema` is
+    where the cadence tables live (bind it with `functools.partial(host_include_object,
+    schema="cadence")`); by default `$CADENCE_STORE_SCHEMA`, else the default schema. A
+    host's own `public.events` is its own table, and stays in its autogenerate.
+    """
+    cadence_schema = (
+        os.environ.get("CADENCE_STORE_SCHEMA") or None
+        if schema is _SCHEMA_FROM_ENVIRONMENT
+        else schema
+    )
+    table = object if type_ == "table" else getattr(object, "table", None)
+    table_name = name if type_ == "table" else getattr(table, "name", None)
+    if table_name not in OWNED_TABLES and table_name != VERSION_TABLE:
+        return True
+    return (getattr(table, "schema", None) or None) != cadence_schema

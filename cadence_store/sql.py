@@ -297,10 +297,11 @@ class Statements:
 
     __slots__ = ("_cursor", "_dialect", "_schema_map")
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, schema: str | None = None) -> None:
+        """`schema`: where cadence-store's tables are (the connection's own statements,
+        a host's, are not translated)."""
         self._dialect = connection.dialect
-        translate = connection.get_execution_options().get("schema_translate_map") or {}
-        self._schema_map: SchemaMap = tuple(sorted(translate.items(), key=lambda kv: str(kv[0])))
+        self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
         raw = connection.connection.dbapi_connection
         assert raw is not None
         self._cursor = raw.cursor()
@@ -339,6 +340,3 @@ class Statements:
                 yield from rows
         finally:
             cursor.close()
-
-    def close(self) -> None:
-        self._cursor.close()

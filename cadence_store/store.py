@@ -19,7 +19,6 @@ from typing import Any, Final, Self, TypeVar
 
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .engine import create_store_engine, enable_wal, is_sqlite, read_snapshot
@@ -29,7 +28,7 @@ from .errors import (
     StoreFormatError,
     StoreUnavailableError,
 )
-from .failures import is_database_error, is_retryable, translate_database_error
+from .failures import READ, database_errors, is_database_error, is_retryable
 from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
 from .journal.validation import (
     require_callable,
@@ -43,11 +42,12 @@ from .legacy import CADENCE_TABLE_NAMES
 from .repository import Clock, RunRepository, check_delivery
 from .schema import (
     VERSION_TABLE,
-    assert_at_head,
+    require_schema_name,
     schema_options,
     upgrade,
     upgrade_command,
 )
+from .shape import assert_store_ready
 from .state_root import (
     StateRoot,
     create_database_file,
@@ -89,8 +89,11 @@ class RunStore:
         self._base_engine = (
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)
         )
-        options = schema_options(schema)
-        # an option engine shares the pool; the host's own engine is left as it was
+        self.schema = require_schema_name(schema)
+        options = schema_options(self.schema)
+        # For connections that touch only cadence-store's tables (reads, transfer): an
+        # option engine shares the pool, and the host's own engine is left as it was. Units
+        # of work run on the plain engine, so a host's rows in them stay where they belong.
         self.engine: Engine = (
             self._base_engine.execution_options(**options) if options else self._base_engine
         )
@@ -105,14 +108,11 @@ class RunStore:
                 command=upgrade_command(self.engine.url),
             )
         try:
-            with self.engine.connect() as connection:
-                assert_at_head(connection)
+            with database_errors(READ), self.engine.connect() as connection:
+                assert_store_ready(connection, self.schema)
                 connection.rollback()
                 if self._owns_engine and is_sqlite(connection):
                     enable_wal(connection)
-        except DBAPIError as error:
-            self._dispose()
-            raise translate_database_error(error) from error
         except BaseException:
             self._dispose()
             raise
@@ -142,7 +142,10 @@ class RunStore:
             upgrade(engine)
         except StoreFormatError as error:
             engine.dispose()
+            # the owner-private store is cadence's alone: backing it up and resetting it
+            # is the recovery, as cadence 1.x advised
             error.database_path = prepared.database_path
+            error.clashing_tables = ()
             raise
         except BaseException:
             engine.dispose()
@@ -174,8 +177,10 @@ class RunStore:
             try:
                 with self.engine.connect() as connection:
                     connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            except DBAPIError:
-                pass  # checkpointing is housekeeping; the data is already durable
+            except Exception as error:
+                if not is_database_error(error):
+                    raise
+                # checkpointing is housekeeping; the data is already durable
         self._dispose()
         if self.state_root is not None:
             secure_database_files(self.state_root.database_path)
@@ -200,7 +205,9 @@ class RunStore:
     def unit_of_work(self) -> UnitOfWork:
         """One write transaction: `with store.unit_of_work() as uow: uow.runs....`."""
         self._assert_open()
-        return UnitOfWork(self.engine, root_hash=self.root_hash, clock=self._clock)
+        return UnitOfWork(
+            self._base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
+        )
 
     def _write(self, work: Callable[[RunRepository], T]) -> T:
         """Run `work` in its own unit of work, retrying whole transactions that lost a race."""
@@ -219,18 +226,18 @@ class RunStore:
     @contextmanager
     def _reading(self) -> Iterator[RunRepository]:
         self._assert_open()
-        try:
-            with self.engine.connect() as connection, read_snapshot(connection):
-                yield RunRepository.on_connection(
-                    connection,
-                    lambda: Session(bind=connection),
-                    root_hash=self.root_hash,
-                    clock=self._clock,
-                )
-        except Exception as error:
-            if is_database_error(error, self.engine.dialect.loaded_dbapi):
-                raise translate_database_error(error) from error
-            raise
+        with (
+            database_errors(READ),
+            self.engine.connect() as connection,
+            read_snapshot(connection),
+        ):
+            yield RunRepository.on_connection(
+                connection,
+                lambda: Session(bind=connection),
+                root_hash=self.root_hash,
+                clock=self._clock,
+                schema=self.schema,
+            )
 
     def _read(self, work: Callable[[RunRepository], T]) -> T:
         with self._reading() as repository:

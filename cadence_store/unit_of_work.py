@@ -13,26 +13,34 @@ from types import TracebackType
 from typing import Self
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .engine import begin_write
 from .errors import StoreUnavailableError
-from .failures import is_database_error, translate_database_error
+from .failures import WRITE, database_errors, is_database_error, translate_database_error
 from .repository import Clock, RunRepository
+from .schema import require_schema_name
+from .shape import assert_store_ready
 
 
 class UnitOfWork:
     def __init__(
-        self, engine: Engine, *, root_hash: str | None = None, clock: Clock | None = None
+        self,
+        engine: Engine,
+        *,
+        root_hash: str | None = None,
+        clock: Clock | None = None,
+        schema: str | None = None,
     ) -> None:
+        """`schema`: the PostgreSQL schema of cadence-store's tables; the session's own
+        statements (a host's rows) are not redirected there."""
         self._engine = engine
         self._root_hash = root_hash
         self._clock = clock
+        self._schema = require_schema_name(schema)
         self._connection: Connection | None = None
         self._session: Session | None = None
         self._runs: RunRepository | None = None
-        self._dbapi = engine.dialect.loaded_dbapi
 
     @property
     def session(self) -> Session:
@@ -55,20 +63,24 @@ class UnitOfWork:
     def __enter__(self) -> Self:
         if self._connection is not None:
             raise StoreUnavailableError("unit-of-work-not-reentrant")
-        try:
+        with database_errors(WRITE):
             connection = self._engine.connect()
-        except DBAPIError as error:
-            raise translate_database_error(error) from error
         try:
-            begin_write(connection)
-        except Exception as error:
+            with database_errors(WRITE):
+                begin_write(connection)
+                # once per engine: a store not at head, or drifted, is refused before use
+                assert_store_ready(connection, self._schema)
+        except BaseException:
+            _rollback_quietly(None, connection)
             connection.close()
-            if is_database_error(error, self._dbapi):
-                raise translate_database_error(error) from error
             raise
         self._connection = connection
         self._runs = RunRepository.on_connection(
-            connection, lambda: self.session, root_hash=self._root_hash, clock=self._clock
+            connection,
+            lambda: self.session,
+            root_hash=self._root_hash,
+            clock=self._clock,
+            schema=self._schema,
         )
         return self
 
@@ -84,18 +96,18 @@ class UnitOfWork:
         try:
             if exc_type is None:
                 try:
-                    if session is not None:
-                        session.flush()
-                    connection.commit()
-                except Exception as error:
+                    with database_errors(WRITE):
+                        if session is not None:
+                            session.flush()
+                        connection.commit()
+                except BaseException:
                     _rollback_quietly(session, connection)
-                    if is_database_error(error, self._dbapi):
-                        raise translate_database_error(error) from error
                     raise
             else:
                 _rollback_quietly(session, connection)
-                if exc is not None and is_database_error(exc, self._dbapi):
-                    raise translate_database_error(exc) from exc
+                if exc is not None and is_database_error(exc):
+                    # a host's statement in the block failed: coded, like cadence-store's
+                    raise translate_database_error(exc, WRITE) from exc
         finally:
             if session is not None:
                 session.close()

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 from support import ROOT_HASH
 
+import cadence_store
 from cadence_store import (
     InvalidInputError,
     JournalIntegrityError,
@@ -348,3 +350,24 @@ def test_read_methods_on_a_repository_in_a_host_session(store, db, clock):
         with pytest.raises(InvalidInputError) as info:
             repository.list_runs(limit=0)
         assert info.value.code == "invalid-limit"
+
+
+@pytest.mark.postgres
+def test_read_methods_in_their_own_postgresql_schema(pg_database_url, clock):
+    host = create_engine(pg_database_url)
+    with host.begin() as connection:  # a host's own `runs`, which the read side must not read
+        connection.execute(text("CREATE TABLE runs (host_column INTEGER)"))
+        connection.execute(text("INSERT INTO runs VALUES (1), (2), (3)"))
+    cadence_store.upgrade(pg_database_url, schema="cadence")
+    with RunStore(pg_database_url, root_hash=ROOT_HASH, clock=clock, schema="cadence") as store:
+        run = store.start_run("abel-implement", change="in-a-schema", operation_id="s1")
+        store.bind_delivery(run.run_id, "gate-a", 1, A, operation_id="b1")
+        assert _ids(store.list_runs(stage="abel-implement", limit=5, after="")) == [run.run_id]
+        assert (store.counts().runs, store.counts().bindings) == (1, 1)
+        assert [b.operation_id for b in store.run_detail(run.run_id).delivery_bindings] == ["b1"]
+        expected = store.run_detail(run.run_id)
+    with Session(host) as session, session.begin():
+        repository = RunRepository(session, clock=clock, schema="cadence")
+        assert _ids(repository.list_runs()) == [run.run_id]
+        assert repository.run_detail(run.run_id) == expected
+    host.dispose()

@@ -304,8 +304,8 @@ REVIEWED_DYNAMIC_SQL = {
     # name from sqlite_master or the fixed table lists, through legacy.quote (doubled quotes)
     ("cadence_store/legacy.py", "describe_table"),
     ("cadence_store/legacy.py", "column_names"),
-    ("cadence_store/schema.py", "_sqlite_unique_keys"),
-    ("cadence_store/schema.py", "_sqlite_foreign_keys"),
+    ("cadence_store/schema.py", "sqlite_unique_keys"),
+    ("cadence_store/schema.py", "sqlite_foreign_keys"),
     # CREATE SCHEMA / SET LOCAL search_path on a schema name checked against
     # [A-Za-z_][A-Za-z0-9_]{0,62} and quoted by the dialect's identifier preparer
     ("cadence_store/schema.py", "migration_transaction"),
