@@ -25,6 +25,13 @@ from .journal import (
     RunEvent,
     RunProjection,
 )
+from .journal.views import (
+    BindingRecord,
+    OperationRecord,
+    RunDetail,
+    StoreCounts,
+    TimelineEntry,
+)
 from .models import OWNED_TABLES
 from .repository import RunRepository
 from .schema import host_include_object, upgrade
@@ -39,6 +46,7 @@ __all__ = [
     "OWNED_TABLES",
     "ApprovalProof",
     "BindDelivery",
+    "BindingRecord",
     "CadenceStoreError",
     "DeliveryBinding",
     "InvalidInputError",
@@ -48,7 +56,9 @@ __all__ = [
     "MigrationError",
     "OperationConflictError",
     "OperationLease",
+    "OperationRecord",
     "OperationStatus",
+    "RunDetail",
     "RunEvent",
     "RunNotFoundError",
     "RunProjection",
@@ -58,8 +68,10 @@ __all__ = [
     "StateRoot",
     "StateRootError",
     "StoreBusyError",
+    "StoreCounts",
     "StoreFormatError",
     "StoreUnavailableError",
+    "TimelineEntry",
     "UnitOfWork",
     "configure_engine",
     "copy_store",

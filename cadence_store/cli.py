@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -36,15 +35,9 @@ from .errors import (
     StoreUnavailableError,
 )
 from .failures import READ, database_errors, translate_database_error
-from .journal import RUN_STAGES, RUN_STATES, apply_event, js_stringify
-from .models import delivery_bindings, events, operations, runs
-from .schema import (
-    current_revision,
-    head_revision,
-    owned_tables_present,
-    schema_options,
-    upgrade_command,
-)
+from .journal import RUN_STAGES, RUN_STATES, js_stringify
+from .journal.views import StoreCounts
+from .schema import current_revision, head_revision, schema_options, upgrade_command
 from .schema import upgrade as upgrade_database
 from .state_root import resolve_state_root
 from .store import RunStore
@@ -261,15 +254,14 @@ def upgrade(url: str | None, schema: str | None) -> None:
         click.echo(f"{describe(store)} is at {revision} (head)")
 
 
-def _counts(connection: Any) -> dict[str, Any]:
-    run_count = connection.execute(select(func.count()).select_from(runs)).scalar_one()
-    event_count = connection.execute(select(func.count()).select_from(events)).scalar_one()
-    by_state = dict(
-        connection.execute(
-            select(runs.c.state, func.count()).group_by(runs.c.state).order_by(runs.c.state)
-        ).all()
-    )
-    return {"runs": int(run_count), "events": int(event_count), "byState": by_state}
+def _counts(counted: StoreCounts) -> dict[str, Any]:
+    return {
+        "runs": counted.runs,
+        "events": counted.events,
+        "operations": counted.operations,
+        "bindings": counted.bindings,
+        "byState": counted.by_state,
+    }
 
 
 @main.command()
@@ -298,9 +290,10 @@ def info(url: str | None, as_json: bool) -> None:
                     details["schema"] = schema
                 details["revision"] = revision
                 details["head"] = head
-                if {"runs", "events"} <= owned_tables_present(connection):
-                    details.update(_counts(connection))
                 connection.rollback()
+            if revision == head:  # a store not at head is refused until it is upgraded
+                with RunStore(engine, schema=schema) as store:
+                    details.update(_counts(store.counts()))
         finally:
             engine.dispose()
     else:
@@ -315,8 +308,8 @@ def info(url: str | None, as_json: bool) -> None:
                 details["rootHash"] = root.consumer_root_hash
                 details["revision"] = current_revision(connection)
                 details["head"] = head
-                details.update(_counts(connection))
                 connection.rollback()
+            details.update(_counts(store.counts()))
     at_head = details["revision"] == head
     details["atHead"] = at_head
     if as_json:
@@ -369,38 +362,20 @@ def list_runs(
     Example: cadence-store runs --stage abel-implement --state running --state paused
     """
     with opened(url) as store:
-        statement = select(
-            runs.c.run_id,
-            runs.c.stage,
-            runs.c.change_name,
-            runs.c.provisional_key,
-            runs.c.state,
-            runs.c.sequence,
-            runs.c.delivery_revision,
-            runs.c.projection_json,
-        ).order_by(runs.c.stage, runs.c.run_id)
-        if states:
-            statement = statement.where(runs.c.state.in_(states))
-        if stage:
-            statement = statement.where(runs.c.stage == stage)
-        if change:
-            statement = statement.where(runs.c.change_name == change)
-        if root_hash:
-            statement = statement.where(runs.c.root_hash == root_hash)
-        with store.engine.connect() as connection:
-            rows = connection.execute(statement).all()
-            connection.rollback()
+        listed = store.list_runs(
+            stage=stage or None,
+            state=states or None,
+            change=change or None,
+            root_hash=root_hash or None,
+        )
+    rows = sorted(listed, key=lambda run: run.stage)  # by stage, then run id (stable sort)
     if as_json:
         for row in rows:
-            click.echo(row.projection_json)
+            click.echo(row.to_json())
         return
     listing = render.table("RUN ID", "STAGE", "CHANGE / KEY", "STATE", "SEQ", "DELIVERY", "PAUSE")
     for row in rows:
-        try:
-            pause = json.loads(row.projection_json).get("pauseCode")
-        except (ValueError, AttributeError):
-            pause = "?"
-        key = row.change_name or (
+        key = row.change or (
             f"provisional {render.short(row.provisional_key)}" if row.provisional_key else None
         )
         listing.add_row(
@@ -410,35 +385,11 @@ def list_runs(
             row.state,
             str(row.sequence),
             render.text(row.delivery_revision),
-            render.text(pause),
+            render.text(row.pause_code),
         )
     out = render.console()
     out.print(listing)
     out.print(f"{len(rows)} run(s) in {describe(store)}")
-
-
-def _timeline(store: RunStore, run_id: str) -> list[dict[str, Any]]:
-    """The run's state path: one entry per event that set its state."""
-    steps: list[dict[str, Any]] = []
-    document: dict[str, Any] | None = None
-    for event in store.iter_events(run_id):
-        try:
-            document = apply_event(document, event.sequence, event.type, event.payload, event.hash)
-        except CadenceStoreError as error:
-            steps.append({"sequence": event.sequence, "event": event.type, "error": error.code})
-            break
-        if document is None:
-            continue
-        if event.type in ("run-created", "state-transitioned", "operation-interrupted"):
-            step: dict[str, Any] = {
-                "sequence": event.sequence,
-                "event": event.type,
-                "state": document["state"],
-            }
-            if document.get("pauseCode") is not None and event.type != "run-created":
-                step["code"] = document["pauseCode"]
-            steps.append(step)
-    return steps
 
 
 @main.command()
@@ -453,57 +404,27 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
     """
     now = render.now_ms()
     with opened(url) as store:
-        projection = store.status(run_id)
-        with store.engine.connect() as connection:
-            bindings = connection.execute(
-                select(delivery_bindings)
-                .where(delivery_bindings.c.run_id == run_id)
-                .order_by(delivery_bindings.c.revision, delivery_bindings.c.gate)
-            ).all()
-            receipts = connection.execute(
-                select(operations)
-                .where(operations.c.run_id == run_id)
-                .order_by(operations.c.operation_id)
-            ).all()
-            connection.rollback()
-        timeline = _timeline(store, run_id)
+        detail = store.run_detail(run_id)
+    projection = detail.projection
+    bindings = detail.delivery_bindings
+    receipts = detail.operations
+    timeline = detail.timeline
     if as_json:
         _print_json(
             {
                 "status": projection.document(),
-                "deliveryBindings": [
-                    {
-                        "gate": b.gate,
-                        "revision": b.revision,
-                        "receiptHash": b.receipt_hash,
-                        "operationId": b.operation_id,
-                        **(
-                            {
-                                "approvalProof": {
-                                    "revision": b.approval_revision,
-                                    "contractHash": b.contract_hash,
-                                    "recordHash": b.record_hash,
-                                }
-                            }
-                            if b.approval_revision is not None
-                            else {}
-                        ),
-                    }
-                    for b in bindings
-                ],
+                "deliveryBindings": [b.to_dict() for b in bindings],
                 "operations": [
                     {
                         "operationId": o.operation_id,
                         "kind": o.kind,
-                        "state": o.state,
-                        "lease": render.lease_state(
-                            o.state, o.lease_token, o.lease_expires_at, now
-                        ),
-                        "expiresAt": o.lease_expires_at,
+                        "state": str(o.state),
+                        "lease": render.lease_label(o.lease),
+                        "expiresAt": o.expires_at,
                     }
                     for o in receipts
                 ],
-                "timeline": timeline,
+                "timeline": [step.to_dict() for step in timeline],
             }
         )
         return
@@ -527,10 +448,11 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
         "GATE", "REV", "RECEIPT", "APPROVAL PROOF", "OPERATION", title="Delivery bindings"
     )
     for b in bindings:
+        approval = b.approval_proof
         proof = (
-            f"r{b.approval_revision} contract {render.short(b.contract_hash)} "
-            f"record {render.short(b.record_hash)}"
-            if b.approval_revision is not None
+            f"r{approval.revision} contract {render.short(approval.contract_hash)} "
+            f"record {render.short(approval.record_hash)}"
+            if approval is not None
             else "-"
         )
         listing.add_row(b.gate, str(b.revision), b.receipt_hash, proof, b.operation_id)
@@ -542,21 +464,21 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
             o.operation_id,
             o.kind,
             o.state,
-            render.lease_state(o.state, o.lease_token, o.lease_expires_at, now),
-            render.timestamp(o.lease_expires_at, now=now),
+            render.lease_label(o.lease),
+            render.timestamp(o.expires_at, now=now),
         )
     out.print(listing if receipts else "Operations: none")
     out.print()
     listing = render.table("SEQ", "EVENT", "STATE", "CODE", title="State timeline")
     for step in timeline:
         listing.add_row(
-            str(step["sequence"]),
-            step["event"],
-            step.get("state", f"(chain broken: {step.get('error')})"),
-            render.text(step.get("code")),
+            str(step.sequence),
+            step.event,
+            step.state if step.state is not None else f"(chain broken: {step.error})",
+            render.text(step.code),
         )
     out.print(listing)
-    path = " → ".join(step["state"] for step in timeline if "state" in step)
+    path = " → ".join(step.state for step in timeline if step.state is not None)
     out.print(f"path: {path}")
 
 

@@ -37,6 +37,7 @@ from .errors import (
     StoreFormatError,
     StoreUnavailableError,
 )
+from .journal.vocabulary import LeaseStanding
 
 EXIT_OK: Final = 0
 EXIT_CORRUPT: Final = 1
@@ -212,10 +213,8 @@ def _duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
-def lease_state(state: str, token: str | None, expires_at: int | None, now: int) -> str:
-    """How an operation's lease stands: live, expired (not yet recovered) or none."""
-    if state != "running":
-        return "none"
-    if token is None or expires_at is None:
+def lease_label(standing: LeaseStanding) -> str:
+    """How an operation's lease stands (`OperationRecord.lease`), in words."""
+    if standing == LeaseStanding.MISSING:
         return "running (no lease)"
-    return "live" if expires_at >= now else "expired"
+    return str(standing)

@@ -34,6 +34,7 @@ from typing import Any, Final, NamedTuple
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from . import queries
 from .engine import begin_immediate, begins_immediate, is_postgresql, is_sqlite
 from .errors import (
     InvalidInputError,
@@ -76,6 +77,7 @@ from .journal.validation import (
 )
 from .journal.values import ApprovalProof, BindDelivery
 from .journal.verification import MIRRORED_COLUMNS, stored_difference
+from .journal.views import RunDetail, StoreCounts, check_run_listing
 from .schema import require_schema_name
 from .shape import assert_store_ready
 from .sql import Statements
@@ -891,6 +893,44 @@ class RunRepository:
     @coded(READ)
     def run_ids(self) -> list[str]:
         return [str(row[0]) for row in self._read_statements().all("run_ids")]
+
+    # -- the read side (cadence_store.queries) ------------------------------------------
+
+    @coded(READ)
+    def list_runs(
+        self,
+        *,
+        stage: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        change: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        root_hash: str | None = None,
+    ) -> list[RunProjection]:
+        """Stored projections of the runs that match every filter given, in run id order.
+
+        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
+        last run id of the previous page (keyset pagination). Runs of every root hash
+        unless `root_hash` is given.
+        """
+        listing = check_run_listing(
+            stage=stage, state=state, change=change, root_hash=root_hash, limit=limit, after=after
+        )
+        return queries.list_runs(self._read_statements(), listing)
+
+    @coded(READ)
+    def run_detail(self, run_id: str) -> RunDetail:
+        """The run's projection, binding rows, operations (leases judged by the clock)
+        and state timeline."""
+        projection = self.status(run_id)
+        return queries.run_detail(
+            self._read_statements(), projection, self.iter_events(run_id), self._now()
+        )
+
+    @coded(READ)
+    def counts(self) -> StoreCounts:
+        """Rows of runs, events, operations and bindings, and runs per state."""
+        return queries.counts(self._read_statements())
 
 
 def check_delivery(

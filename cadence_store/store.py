@@ -38,6 +38,7 @@ from .journal.validation import (
     require_root_hash,
 )
 from .journal.values import ApprovalProof, BindDelivery
+from .journal.views import RunDetail, StoreCounts
 from .legacy import CADENCE_TABLE_NAMES
 from .repository import Clock, RunRepository, check_delivery
 from .schema import (
@@ -447,3 +448,36 @@ class RunStore:
 
     def run_ids(self) -> list[str]:
         return self._read(lambda runs: runs.run_ids())
+
+    # -- the read side: each call reads one snapshot -------------------------------------
+
+    def list_runs(
+        self,
+        *,
+        stage: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        change: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        root_hash: str | None = None,
+    ) -> list[RunProjection]:
+        """Stored projections of the matching runs in run id order (see
+        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`."""
+        return self._read(
+            lambda runs: runs.list_runs(
+                stage=stage,
+                state=state,
+                change=change,
+                limit=limit,
+                after=after,
+                root_hash=root_hash,
+            )
+        )
+
+    def run_detail(self, run_id: str) -> RunDetail:
+        """Projection, delivery binding rows, operations and state timeline of one run."""
+        return self._read(lambda runs: runs.run_detail(run_id))
+
+    def counts(self) -> StoreCounts:
+        """Rows of runs, events, operations and bindings, and runs per state."""
+        return self._read(lambda runs: runs.counts())

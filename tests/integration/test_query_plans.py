@@ -13,6 +13,8 @@ from sqlalchemy import create_engine
 
 import cadence_store
 from cadence_store import RunStore
+from cadence_store.journal.views import RunListing
+from cadence_store.queries import listing_statement
 from cadence_store.sql import _compile
 
 ROOT = "ab" * 32
@@ -22,6 +24,8 @@ PARAMS = {
     "stage": "abel-implement",
     "lookup_key": "change:c-7",
     "run_id": "00000000-0000-4000-8000-000000000000",
+    "after": "00000000-0000-4000-8000-000000000000",
+    "limit": 50,
 }
 
 
@@ -72,3 +76,13 @@ def test_run_lookups_use_their_keys(database_url: str) -> None:
     assert "pk_runs" in head or "sqlite_autoindex_runs_1" in head, head
     events = _plan_text(database_url, "events_of_run")
     assert "pk_events" in events or "sqlite_autoindex_events_1" in events, events
+
+
+def test_read_side_lookups_use_their_keys(database_url: str) -> None:
+    _store_with_runs(database_url, 300)
+    # a page of `list_runs` resumes at its cursor in the primary key, never a full sort
+    page = _plan_text(database_url, listing_statement(RunListing(after="x", limit=50)))
+    assert "pk_runs" in page or "sqlite_autoindex_runs_1 (run_id>?)" in page, page
+    # a run's operations, in the primary key's (run_id, operation_id) order
+    receipts = _plan_text(database_url, "operation_rows_of_run")
+    assert "pk_operations" in receipts or "sqlite_autoindex_operations_1" in receipts, receipts

@@ -1,0 +1,214 @@
+"""The read side's values and rules: listing filters, run details, counts, the timeline.
+
+`RunStore.list_runs` / `run_detail` / `counts` (and the same methods of `RunRepository`)
+return these. Like the other values they are pydantic models with snake_case attributes
+and camelCase aliases (`to_dict()`). Pure: no I/O, no SQLAlchemy; `cadence_store.queries`
+reads the rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import StrictInt, StrictStr
+
+from ..errors import CadenceStoreError, InvalidInputError, JournalIntegrityError
+from .projection import apply_event
+from .validation import is_safe_integer, is_storable, require_change, require_root_hash
+from .values import ApprovalProof, RunEvent, RunProjection, _Value
+from .vocabulary import (
+    RUN_STATE_NAMES,
+    STAGE_NAMES,
+    STATE_SETTING_EVENTS,
+    LeaseStanding,
+    OperationState,
+)
+
+
+class BindingRecord(_Value):
+    """A row of `delivery_bindings`: a binding and the operation id that recorded it."""
+
+    gate: StrictStr
+    revision: StrictInt
+    receipt_hash: StrictStr
+    operation_id: StrictStr
+    approval_proof: ApprovalProof | None = None
+
+
+class OperationRecord(_Value):
+    """A row of `operations`: an idempotency receipt or a lease, as it stands when read.
+
+    The lease token is not part of it: whoever holds a token can write with it.
+    """
+
+    operation_id: StrictStr
+    kind: StrictStr
+    state: OperationState
+    lease: LeaseStanding
+    expires_at: StrictInt | None = None
+    outcome: dict[str, Any] | None = None
+
+
+class TimelineEntry(_Value):
+    """One step of a run's state path: an event that set its state (`state`, and the
+    pause code it recorded), or the event where the chain stopped applying (`error`)."""
+
+    sequence: StrictInt
+    event: StrictStr
+    state: StrictStr | None = None
+    code: StrictStr | None = None
+    error: StrictStr | None = None
+
+
+class RunDetail(_Value):
+    """One run: its stored projection, binding rows, operations and state timeline."""
+
+    projection: RunProjection
+    delivery_bindings: tuple[BindingRecord, ...] = ()
+    operations: tuple[OperationRecord, ...] = ()
+    timeline: tuple[TimelineEntry, ...] = ()
+
+
+class StoreCounts(_Value):
+    """Rows in the four tables, and runs per state (states in sorted order)."""
+
+    runs: StrictInt
+    events: StrictInt
+    operations: StrictInt
+    bindings: StrictInt
+    by_state: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """A checked `list_runs` request. Empty `stages` / `states`: any."""
+
+    stages: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    change: str | None = None
+    root_hash: str | None = None
+    limit: int | None = None
+    after: str | None = None
+
+
+def _names(value: object, allowed: frozenset[str], code: str) -> tuple[str, ...]:
+    """One name or a collection of names, each in `allowed`; sorted, without repeats."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items: list[object] = [value]
+    elif isinstance(value, Iterable) and not isinstance(value, bytes | Mapping):
+        items = list(value)
+    else:
+        raise InvalidInputError(code)
+    if not items or not all(isinstance(item, str) and item in allowed for item in items):
+        raise InvalidInputError(code)
+    return tuple(sorted({str(item) for item in items}))
+
+
+def check_run_listing(
+    *,
+    stage: object = None,
+    state: object = None,
+    change: object = None,
+    root_hash: object = None,
+    limit: object = None,
+    after: object = None,
+) -> RunListing:
+    """Validate `list_runs` arguments; an unknown stage or state is an error, not an
+    empty page (a typo should not look like "no runs")."""
+    if limit is not None and (
+        not is_safe_integer(limit) or not isinstance(limit, int) or limit < 1
+    ):
+        raise InvalidInputError("invalid-limit", "limit is a positive integer")
+    if after is not None and (not isinstance(after, str) or not is_storable(after)):
+        raise InvalidInputError("invalid-run-cursor", "after is the run id the last page ended at")
+    return RunListing(
+        stages=_names(stage, STAGE_NAMES, "invalid-run-stage"),
+        states=_names(state, RUN_STATE_NAMES, "invalid-run-state"),
+        change=None if change is None else require_change(change),
+        root_hash=None if root_hash is None else require_root_hash(root_hash),
+        limit=limit,
+        after=after,
+    )
+
+
+def stored_projection(text: object, run_id: str) -> RunProjection:
+    """A run row's `projection_json`, validated (cadence 1.x key order kept)."""
+    try:
+        document = json.loads(text) if isinstance(text, str) else None
+        if isinstance(document, dict) and isinstance(document.get("runId"), str):
+            return RunProjection.from_document(document)
+    except ValueError:
+        pass
+    raise JournalIntegrityError("run-projection-invalid", run_id=run_id)
+
+
+def stored_outcome(text: object, run_id: str) -> dict[str, Any] | None:
+    """An operation row's `outcome_json`: an object, or None when nothing was recorded."""
+    if text is None:
+        return None
+    try:
+        outcome = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        outcome = None
+    if not isinstance(outcome, dict):
+        raise JournalIntegrityError("operation-outcome-invalid", run_id=run_id)
+    return outcome
+
+
+def lease_standing(state: str, has_token: bool, expires_at: int | None, now: int) -> LeaseStanding:
+    """A lease is live while `expires_at >= now` (as `assert_lease` decides)."""
+    if state != OperationState.RUNNING:
+        return LeaseStanding.NONE
+    if not has_token or expires_at is None:
+        return LeaseStanding.MISSING
+    return LeaseStanding.LIVE if expires_at >= now else LeaseStanding.EXPIRED
+
+
+def state_timeline(events: Iterable[RunEvent]) -> tuple[TimelineEntry, ...]:
+    """The run's state path: one entry per event that set its state, in order.
+
+    Events are applied without checking hashes (`verify_integrity` does that), so the
+    path of a run whose hashes were damaged still shows; an event that cannot be applied
+    ends the path with an entry naming its error code.
+    """
+    entries: list[TimelineEntry] = []
+    projection: dict[str, Any] | None = None
+    for event in events:
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        try:
+            projection = apply_event(projection, event.sequence, event.type, payload, event.hash)
+        except CadenceStoreError as error:
+            entries.append(
+                TimelineEntry(sequence=event.sequence, event=event.type, error=error.code)
+            )
+            break
+        if projection is not None and event.type in STATE_SETTING_EVENTS:
+            entries.append(
+                TimelineEntry(
+                    sequence=event.sequence,
+                    event=event.type,
+                    state=projection["state"],
+                    code=projection.get("pauseCode"),
+                )
+            )
+    return tuple(entries)
+
+
+__all__ = [
+    "BindingRecord",
+    "OperationRecord",
+    "RunDetail",
+    "RunListing",
+    "StoreCounts",
+    "TimelineEntry",
+    "check_run_listing",
+    "lease_standing",
+    "state_timeline",
+    "stored_outcome",
+    "stored_projection",
+]
