@@ -194,6 +194,11 @@ def _coded(
     return wrapper
 
 
+class ExpiryNeeded(Exception):
+    """`inspect_operation(expire=False)` found an expired lease: only the primary can
+    mark it interrupted."""
+
+
 class RunRepository:
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
@@ -680,7 +685,12 @@ class RunRepository:
         *,
         preempt: bool = False,
         exclusive: bool = False,
+        lease_token: str | None = None,
     ) -> OperationLease:
+        """`lease_token`: the token to grant (default: a fresh one). A live lease already
+        granted under it is returned as it is, whatever `preempt` and `exclusive` say:
+        `RunStore` passes the same token to every attempt of one call, so an attempt
+        re-run after a lost connection finds the lease its first attempt took."""
         require_operation_id(operation_id)
         ttl = require_ttl(ttl_ms)
         _bool_option(preempt, "invalid-lease-option")
@@ -693,6 +703,20 @@ class RunRepository:
         if existing is not None and existing.kind != LEASE:
             # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
             raise OperationConflictError("operation-id-conflict")
+        if (
+            lease_token is not None
+            and existing is not None
+            and existing.state == "running"
+            and existing.lease_token == lease_token
+            and existing.lease_expires_at is not None
+            and existing.lease_expires_at >= now
+        ):
+            return OperationLease(
+                run_id=run_id,
+                operation_id=operation_id,
+                token=lease_token,
+                expires_at=existing.lease_expires_at,
+            )
         if (
             existing is not None
             and existing.state == "running"
@@ -709,8 +733,9 @@ class RunRepository:
                 token=existing.lease_token,
                 expires_at=existing.lease_expires_at,
             )
+        token = str(uuid.uuid4()) if lease_token is None else lease_token
         lease = OperationLease(
-            run_id=run_id, operation_id=operation_id, token=str(uuid.uuid4()), expires_at=now + ttl
+            run_id=run_id, operation_id=operation_id, token=token, expires_at=now + ttl
         )
         sql.write(
             "insert_lease" if existing is None else "restart_lease",
@@ -775,7 +800,34 @@ class RunRepository:
         self._finish_lease(coerce_lease(lease), "interrupted", None)
 
     @_coded
-    def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
+    def finished_lease(
+        self,
+        lease: OperationLease | Mapping[str, Any],
+        state: str,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Whether `lease`'s own token already finished its operation as `state`
+        ("committed" with `outcome`, or "interrupted"): `RunStore` re-runs a commit or an
+        interrupt whose acknowledgement was lost, and one already done counts as done."""
+        checked = coerce_lease(lease)
+        row = self._operation(self._write_statements(), checked.run_id, checked.operation_id)
+        if row is None or row.kind != LEASE or row.state != state:
+            return False
+        if row.lease_token != checked.token:
+            return False
+        if outcome is None:
+            return row.outcome_json is None
+        try:
+            return row.outcome_json == js_stringify(outcome)
+        except (JsonValueError, RecursionError, TypeError):
+            return False
+
+    @_coded
+    def inspect_operation(
+        self, run_id: str, operation_id: str, *, expire: bool = True
+    ) -> OperationStatus | None:
+        """`expire=False` (a read on a standby): raise `ExpiryNeeded` instead of marking an
+        expired lease interrupted."""
         require_operation_id(operation_id)
         require_run_id(run_id)
         sql = self._write_statements()
@@ -789,6 +841,8 @@ class RunRepository:
             and row.lease_expires_at is not None
             and row.lease_expires_at < now
         ):
+            if not expire:
+                raise ExpiryNeeded
             sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)
             row = self._operation(sql, run_id, operation_id)
             if row is None:
@@ -810,6 +864,16 @@ class RunRepository:
         return self._write_statements().write("expire_leases", now=self._now())
 
     # -- reading and verifying ---------------------------------------------------------
+
+    @_coded
+    def recorded_outcome(self, run_id: str, operation_id: str, kind: str) -> RunProjection | None:
+        """The projection a journal operation id (`kind`: its event type) recorded when it
+        committed, or None. `RunStore` looks here first when it re-runs a call whose
+        connection was lost: a first attempt that committed is replayed before any lease
+        check (its lease was live when it committed; it may have expired since)."""
+        require_operation_id(operation_id)
+        require_run_id(run_id)
+        return self._replay(self._read_statements(), run_id, operation_id, kind)
 
     @_coded
     def status(self, run_id: str) -> RunProjection:
@@ -938,4 +1002,4 @@ def _event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
         ) from None
 
 
-__all__ = ["Clock", "RunRepository", "check_delivery", "system_clock"]
+__all__ = ["Clock", "ExpiryNeeded", "RunRepository", "check_delivery", "system_clock"]
