@@ -806,14 +806,14 @@ class RunRepository:
         state: str,
         outcome: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Whether `lease`'s own token already finished its operation as `state`
-        ("committed" with `outcome`, or "interrupted"): `RunStore` re-runs a commit or an
-        interrupt whose acknowledgement was lost, and one already done counts as done."""
+        """Whether `lease`'s operation is already finished as `state` ("committed" with
+        exactly `outcome`, or "interrupted"): `RunStore` re-runs a commit or an interrupt
+        whose acknowledgement was lost, and one already done counts as done. Finishing
+        clears the token (as cadence 1.x did), so this cannot tell the caller's own
+        finish from an identical one; the recorded result is the same either way."""
         checked = coerce_lease(lease)
         row = self._operation(self._write_statements(), checked.run_id, checked.operation_id)
         if row is None or row.kind != LEASE or row.state != state:
-            return False
-        if row.lease_token != checked.token:
             return False
         if outcome is None:
             return row.outcome_json is None
