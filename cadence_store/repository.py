@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from .engine import begin_immediate, begins_immediate, is_postgresql, is_sqlite
 from .errors import (
+    CadenceStoreError,
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
@@ -194,9 +195,11 @@ def _coded(
     return wrapper
 
 
-class ExpiryNeeded(Exception):
+class ExpiryNeeded(CadenceStoreError):
     """`inspect_operation(expire=False)` found an expired lease: only the primary can
-    mark it interrupted."""
+    mark it interrupted (`RunStore` then asks the primary; callers never see it)."""
+
+    default_code = "operation-expiry-needed"
 
 
 class RunRepository:
@@ -842,7 +845,7 @@ class RunRepository:
             and row.lease_expires_at < now
         ):
             if not expire:
-                raise ExpiryNeeded
+                raise ExpiryNeeded()
             sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)
             row = self._operation(sql, run_id, operation_id)
             if row is None:
