@@ -404,9 +404,10 @@ class RunStore:
 
         def rerun(runs: RunRepository) -> RunProjection:
             # the first attempt committed all of them, or none
+            requests = runs.check_deliveries(items)
+            require_callable(write, "delivery-binding-write-invalid")
             recorded = [
-                runs.recorded_outcome(r.run_id, r.operation_id, DELIVERY_BOUND)
-                for r in runs.check_deliveries(items)
+                runs.recorded_outcome(r.run_id, r.operation_id, DELIVERY_BOUND) for r in requests
             ]
             last = recorded[-1]
             if last is not None and None not in recorded:
