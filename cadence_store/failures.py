@@ -108,6 +108,36 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
     return StoreUnavailableError(f"run-store-{access}-failed", detail)
 
 
+# PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
+# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), the whole connection
+# exception class (08xxx), and a read-only transaction (25006): a connection a failover
+# left on a standby.
+_CONNECTION_LOST_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "25006"})
+
+
+def is_connection_lost(error: BaseException | None) -> bool:
+    """Whether `error` means the connection to the primary was lost, or no primary answered.
+
+    Such a call may or may not have committed, and can be re-run with the same operation
+    id. Not lost: constraint errors and every other SQLSTATE, SQLite's errors (a file has
+    no failover), serialization failures (retried separately) and the library's own coded
+    errors (they are verdicts, not accidents).
+    """
+    if error is None or isinstance(error, CadenceStoreError):
+        return False
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    orig = _driver_error(error)
+    if hasattr(orig, "sqlite_errorcode"):
+        return False
+    state = sqlstate(error)
+    if state is not None:
+        return state in _CONNECTION_LOST_SQLSTATES or state.startswith("08")
+    # psycopg reports a refused or dropped connection ("server closed the connection
+    # unexpectedly", "connection is bad", no read-write host) with no SQLSTATE
+    return type(orig).__name__ == "OperationalError"
+
+
 @contextmanager
 def database_errors(access: Access) -> Iterator[None]:
     """Raise database failures inside the block as coded `CadenceStoreError`s."""
@@ -158,6 +188,7 @@ __all__ = [
     "coded",
     "database_errors",
     "is_database_error",
+    "is_connection_lost",
     "is_retryable",
     "sqlstate",
     "translate_database_error",

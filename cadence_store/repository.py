@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from . import queries
 from .engine import begin_immediate, begins_immediate, is_postgresql, is_sqlite
 from .errors import (
+    CadenceStoreError,
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
@@ -173,6 +174,13 @@ class _RunHead:
         if self._document is None:
             self._document = _parse_document(self.projection_json)
         return self._document
+
+
+class ExpiryNeeded(CadenceStoreError):
+    """`inspect_operation(expire=False)` found an expired lease: only the primary can
+    mark it interrupted (`RunStore` then asks the primary; callers never see it)."""
+
+    default_code = "operation-expiry-needed"
 
 
 class RunRepository:
@@ -678,7 +686,12 @@ class RunRepository:
         *,
         preempt: bool = False,
         exclusive: bool = False,
+        lease_token: str | None = None,
     ) -> OperationLease:
+        """`lease_token`: the token to grant (default: a fresh one). A live lease already
+        granted under it is returned as it is, whatever `preempt` and `exclusive` say:
+        `RunStore` passes the same token to every attempt of one call, so an attempt
+        re-run after a lost connection finds the lease its first attempt took."""
         require_operation_id(operation_id)
         ttl = require_ttl(ttl_ms)
         _bool_option(preempt, "invalid-lease-option")
@@ -691,6 +704,20 @@ class RunRepository:
         if existing is not None and existing.kind != LEASE:
             # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
             raise OperationConflictError("operation-id-conflict")
+        if (
+            lease_token is not None
+            and existing is not None
+            and existing.state == "running"
+            and existing.lease_token == lease_token
+            and existing.lease_expires_at is not None
+            and existing.lease_expires_at >= now
+        ):
+            return OperationLease(
+                run_id=run_id,
+                operation_id=operation_id,
+                token=lease_token,
+                expires_at=existing.lease_expires_at,
+            )
         if (
             existing is not None
             and existing.state == "running"
@@ -707,8 +734,9 @@ class RunRepository:
                 token=existing.lease_token,
                 expires_at=existing.lease_expires_at,
             )
+        token = str(uuid.uuid4()) if lease_token is None else lease_token
         lease = OperationLease(
-            run_id=run_id, operation_id=operation_id, token=str(uuid.uuid4()), expires_at=now + ttl
+            run_id=run_id, operation_id=operation_id, token=token, expires_at=now + ttl
         )
         sql.write(
             "insert_lease" if existing is None else "restart_lease",
@@ -773,7 +801,34 @@ class RunRepository:
         self._finish_lease(coerce_lease(lease), "interrupted", None)
 
     @coded(WRITE)
-    def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
+    def finished_lease(
+        self,
+        lease: OperationLease | Mapping[str, Any],
+        state: str,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Whether `lease`'s operation is already finished as `state` ("committed" with
+        exactly `outcome`, or "interrupted"): `RunStore` re-runs a commit or an interrupt
+        whose acknowledgement was lost, and one already done counts as done. Finishing
+        clears the token (as cadence 1.x did), so this cannot tell the caller's own
+        finish from an identical one; the recorded result is the same either way."""
+        checked = coerce_lease(lease)
+        row = self._operation(self._write_statements(), checked.run_id, checked.operation_id)
+        if row is None or row.kind != LEASE or row.state != state:
+            return False
+        if outcome is None:
+            return row.outcome_json is None
+        try:
+            return row.outcome_json == js_stringify(outcome)
+        except (JsonValueError, RecursionError, TypeError):
+            return False
+
+    @coded(WRITE)
+    def inspect_operation(
+        self, run_id: str, operation_id: str, *, expire: bool = True
+    ) -> OperationStatus | None:
+        """`expire=False` (a read on a standby): raise `ExpiryNeeded` instead of marking an
+        expired lease interrupted."""
         require_operation_id(operation_id)
         require_run_id(run_id)
         sql = self._write_statements()
@@ -787,6 +842,8 @@ class RunRepository:
             and row.lease_expires_at is not None
             and row.lease_expires_at < now
         ):
+            if not expire:
+                raise ExpiryNeeded()
             sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)
             row = self._operation(sql, run_id, operation_id)
             if row is None:
@@ -808,6 +865,16 @@ class RunRepository:
         return self._write_statements().write("expire_leases", now=self._now())
 
     # -- reading and verifying ---------------------------------------------------------
+
+    @coded(READ)
+    def recorded_outcome(self, run_id: str, operation_id: str, kind: str) -> RunProjection | None:
+        """The projection a journal operation id (`kind`: its event type) recorded when it
+        committed, or None. `RunStore` looks here first when it re-runs a call whose
+        connection was lost: a first attempt that committed is replayed before any lease
+        check (its lease was live when it committed; it may have expired since)."""
+        require_operation_id(operation_id)
+        require_run_id(run_id)
+        return self._replay(self._read_statements(), run_id, operation_id, kind)
 
     @coded(READ)
     def status(self, run_id: str) -> RunProjection:
@@ -970,4 +1037,4 @@ def _event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
         ) from None
 
 
-__all__ = ["Clock", "RunRepository", "check_delivery", "system_clock"]
+__all__ = ["Clock", "ExpiryNeeded", "RunRepository", "check_delivery", "system_clock"]

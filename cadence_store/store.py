@@ -4,14 +4,19 @@ Mirrors every method of cadence 1.x's `RunStore`. It never runs DDL: a database 
 not at the head revision is refused with `SchemaOutOfDateError`, which names the upgrade
 command (`RunStore.open`, the embedded owner-private store, upgrades its own file as
 cadence 1.x did). On PostgreSQL a serialization failure or deadlock re-runs the whole
-transaction (bounded, with jitter) before it surfaces as `run-store-busy`.
+transaction (bounded, with jitter) before it surfaces as `run-store-busy`, and a call
+whose connection was lost (a failover) is re-run as a whole with the same operation id
+until a primary answers or `failover_timeout_s` passes (`failover.py`). Reads go to
+`read_bind` (a standby) when one is given; writes and units of work to the primary.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
@@ -21,7 +26,7 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
-from .engine import create_store_engine, enable_wal, is_sqlite, read_snapshot
+from .engine import create_store_engine, enable_wal, is_sqlite, masked_url, read_snapshot
 from .errors import (
     InvalidInputError,
     SchemaOutOfDateError,
@@ -29,8 +34,9 @@ from .errors import (
     StoreFormatError,
     StoreUnavailableError,
 )
+from .failover import DEFAULT_FAILOVER_TIMEOUT_S, Failover, require_failover_timeout
 from .failures import READ, database_errors, is_database_error, is_retryable
-from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from .journal import OperationLease, OperationStatus, RunEvent, RunProjection, js_stringify
 from .journal.validation import (
     require_callable,
     require_clock,
@@ -40,7 +46,14 @@ from .journal.validation import (
 from .journal.values import ApprovalProof, BindDelivery
 from .journal.views import RunDetail, StoreCounts
 from .legacy import CADENCE_TABLE_NAMES
-from .repository import Clock, RunRepository, check_delivery
+from .repository import (
+    DELIVERY_BOUND,
+    TRANSITIONED,
+    Clock,
+    ExpiryNeeded,
+    RunRepository,
+    check_delivery,
+)
 from .schema import (
     VERSION_TABLE,
     require_schema_name,
@@ -79,13 +92,23 @@ class RunStore:
         root_hash: str | None = None,
         clock: Clock | None = None,
         schema: str | None = None,
+        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
+        read_bind: str | URL | Engine | None = None,
         **engine_options: Any,
     ) -> None:
         """`bind`: a URL or a host `Engine` (never altered); `schema`: the PostgreSQL
         schema holding the cadence tables; `engine_options` go to `create_engine`
-        (pool size and the like) when cadence-store creates the engine."""
+        (pool size and the like) when cadence-store creates the engine.
+
+        `failover_timeout_s`: how long a call whose connection was lost is re-run (same
+        operation id, backoff) before `StoreUnavailableError`; 0 turns re-running off.
+        `read_bind`: a URL or `Engine` of a standby serving the reads (they may lag)."""
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
         self._clock = require_clock(clock)
+        # checked before any engine exists: a bad value leaves nothing to dispose
+        require_failover_timeout(failover_timeout_s)
+        self._owns_read_engine = False
+        self._read_engine: Engine | None = None
         self._owns_engine = not isinstance(bind, Engine)
         self._base_engine = (
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)
@@ -103,6 +126,11 @@ class RunStore:
         if self.schema is not None and is_sqlite(self.engine):
             self._dispose()
             raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
+        self._failover = Failover(
+            failover_timeout_s,
+            database=masked_url(self.engine.url),
+            forget_connections=self._forget_connections,
+        )
         missing = _missing_sqlite_file(self.engine)
         if missing is not None:
             self._dispose()
@@ -120,6 +148,18 @@ class RunStore:
         except BaseException:
             self._dispose()
             raise
+        if read_bind is not None:
+            self._owns_read_engine = not isinstance(read_bind, Engine)
+            try:
+                base = (
+                    read_bind
+                    if isinstance(read_bind, Engine)
+                    else create_store_engine(read_bind, **engine_options)
+                )
+            except BaseException:
+                self._dispose()
+                raise
+            self._read_engine = base.execution_options(**options) if options else base
 
     @classmethod
     def open(cls, root: StateRoot, *, clock: Clock | None = None) -> RunStore:
@@ -171,6 +211,14 @@ class RunStore:
     def _dispose(self) -> None:
         if self._owns_engine:
             self._base_engine.dispose()
+        if self._owns_read_engine and self._read_engine is not None:
+            self._read_engine.dispose()
+
+    def _forget_connections(self) -> None:
+        """Drop idle pooled connections: they may point at a primary that is gone."""
+        self._base_engine.pool.dispose()
+        if self._read_engine is not None:
+            self._read_engine.pool.dispose()
 
     def close(self) -> None:
         """Release the store's connections (a host's engine is left to the host)."""
@@ -207,14 +255,29 @@ class RunStore:
     # -- transactions ------------------------------------------------------------------------
 
     def unit_of_work(self) -> UnitOfWork:
-        """One write transaction: `with store.unit_of_work() as uow: uow.runs....`."""
+        """One write transaction on the primary: `with store.unit_of_work() as uow: ...`.
+
+        It is the caller's: a lost connection is not re-run (the block may have effects
+        outside the database); re-run the whole block with the same operation ids."""
         self._assert_open()
         return UnitOfWork(
             self._base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
         )
 
-    def _write(self, work: Callable[[RunRepository], T]) -> T:
-        """Run `work` in its own unit of work, retrying whole transactions that lost a race."""
+    def _write(
+        self,
+        work: Callable[[RunRepository], T],
+        rerun: Callable[[RunRepository], T] | None = None,
+    ) -> T:
+        """Run `work` in its own unit of work, retrying whole transactions that lost a race,
+        and re-running the call across a failover (`rerun`, if given, replaces `work` on
+        attempts after a lost connection: the first one may have committed)."""
+        self._assert_open()
+        return self._failover.run(
+            lambda again: self._write_once(rerun if again and rerun is not None else work)
+        )
+
+    def _write_once(self, work: Callable[[RunRepository], T]) -> T:
         self._assert_open()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
@@ -229,10 +292,12 @@ class RunStore:
 
     @contextmanager
     def _reading(self) -> Iterator[RunRepository]:
+        """One read snapshot, on `read_bind` when given (it may lag the primary)."""
         self._assert_open()
+        engine = self.engine if self._read_engine is None else self._read_engine
         with (
             database_errors(READ),
-            self.engine.connect() as connection,
+            engine.connect() as connection,
             read_snapshot(connection),
         ):
             yield RunRepository.on_connection(
@@ -244,8 +309,11 @@ class RunStore:
             )
 
     def _read(self, work: Callable[[RunRepository], T]) -> T:
-        with self._reading() as repository:
-            return work(repository)
+        def attempt(_again: bool) -> T:
+            with self._reading() as repository:
+                return work(repository)
+
+        return self._failover.run(attempt)
 
     # -- runs and their journal ------------------------------------------------------------
 
@@ -285,8 +353,8 @@ class RunStore:
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        return self._write(
-            lambda runs: runs.bind_delivery(
+        def work(runs: RunRepository) -> RunProjection:
+            return runs.bind_delivery(
                 run_id,
                 gate,
                 revision,
@@ -295,7 +363,8 @@ class RunStore:
                 approval_proof=approval_proof,
                 lease=lease,
             )
-        )
+
+        return self._write(work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work))
 
     def bind_delivery_atomically(
         self,
@@ -326,7 +395,7 @@ class RunStore:
             write(runs.session)
             return projection
 
-        return self._write(work)
+        return self._write(work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work))
 
     def bind_deliveries_atomically(
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: Write
@@ -345,7 +414,19 @@ class RunStore:
             write(runs.session)
             return projection
 
-        return self._write(work)
+        def rerun(runs: RunRepository) -> RunProjection:
+            # the first attempt committed all of them, or none
+            requests = runs.check_deliveries(items)
+            require_callable(write, "delivery-binding-write-invalid")
+            recorded = [
+                runs.recorded_outcome(r.run_id, r.operation_id, DELIVERY_BOUND) for r in requests
+            ]
+            last = recorded[-1]
+            if last is not None and None not in recorded:
+                return last
+            return work(runs)
+
+        return self._write(work, rerun)
 
     def transition(
         self,
@@ -356,11 +437,10 @@ class RunStore:
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        return self._write(
-            lambda runs: runs.transition(
-                run_id, to, operation_id=operation_id, code=code, lease=lease
-            )
-        )
+        def work(runs: RunRepository) -> RunProjection:
+            return runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
+
+        return self._write(work, _replay_first(run_id, operation_id, TRANSITIONED, work))
 
     def transition_atomically(
         self,
@@ -388,7 +468,7 @@ class RunStore:
                 write(runs.session)
             return projection
 
-        return self._write(work)
+        return self._write(work, _replay_first(run_id, operation_id, TRANSITIONED, work))
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -401,9 +481,16 @@ class RunStore:
         preempt: bool = False,
         exclusive: bool = False,
     ) -> OperationLease:
+        # one token for every attempt: a re-run finds the lease its first attempt took
+        token = str(uuid.uuid4())
         return self._write(
             lambda runs: runs.acquire_lease(
-                run_id, operation_id, ttl_ms, preempt=preempt, exclusive=exclusive
+                run_id,
+                operation_id,
+                ttl_ms,
+                preempt=preempt,
+                exclusive=exclusive,
+                lease_token=token,
             )
         )
 
@@ -416,12 +503,29 @@ class RunStore:
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
-        return self._write(lambda runs: runs.commit_lease(lease, outcome))
+        def rerun(runs: RunRepository) -> dict[str, Any]:
+            if runs.finished_lease(lease, "committed", outcome):
+                recorded: dict[str, Any] = json.loads(js_stringify(outcome))
+                return recorded
+            return runs.commit_lease(lease, outcome)
+
+        return self._write(lambda runs: runs.commit_lease(lease, outcome), rerun)
 
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        self._write(lambda runs: runs.interrupt_lease(lease))
+        def rerun(runs: RunRepository) -> None:
+            if not runs.finished_lease(lease, "interrupted"):
+                runs.interrupt_lease(lease)
+
+        self._write(lambda runs: runs.interrupt_lease(lease), rerun)
 
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
+        if self._read_engine is not None:
+            try:
+                return self._read(
+                    lambda runs: runs.inspect_operation(run_id, operation_id, expire=False)
+                )
+            except ExpiryNeeded:
+                pass  # an expired lease is marked interrupted: that is a write
         return self._write(lambda runs: runs.inspect_operation(run_id, operation_id))
 
     def recover_expired_leases(self) -> int:
@@ -481,3 +585,16 @@ class RunStore:
     def counts(self) -> StoreCounts:
         """Rows of runs, events, operations and bindings, and runs per state."""
         return self._read(lambda runs: runs.counts())
+
+
+def _replay_first(
+    run_id: str, operation_id: str, kind: str, work: Callable[[RunRepository], RunProjection]
+) -> Callable[[RunRepository], RunProjection]:
+    """The re-run of a journal call after a lost connection: an operation id its first
+    attempt committed is replayed (no lease check, no `write=` callback), else `work`."""
+
+    def rerun(runs: RunRepository) -> RunProjection:
+        recorded = runs.recorded_outcome(run_id, operation_id, kind)
+        return work(runs) if recorded is None else recorded
+
+    return rerun

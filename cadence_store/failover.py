@@ -1,0 +1,100 @@
+"""Re-running a `RunStore` call across a PostgreSQL failover.
+
+Every journal write carries an operation id and replaying the id returns the recorded
+outcome, so a call whose connection was lost can be re-run as a whole: if the first
+attempt committed, the re-run replays it; if not, the re-run applies it. `Failover.run`
+re-runs the call with jittered exponential backoff while the error means "connection
+lost" or "no primary answers" (`failures.is_connection_lost`), until a primary answers or
+the timeout passes; then it raises `StoreUnavailableError` saying the outcome is unknown.
+
+A unit of work opened by the caller (`RunStore.unit_of_work()`) is never re-run here: its
+body is the caller's code, which may have effects outside the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
+from .failures import is_connection_lost
+
+T = TypeVar("T")
+
+DEFAULT_FAILOVER_TIMEOUT_S: Final = 30.0
+FIRST_DELAY_S: Final = 0.05
+MAX_DELAY_S: Final = 1.0
+
+logger = logging.getLogger(__name__)
+
+
+def require_failover_timeout(value: object) -> float:
+    """A finite number of seconds >= 0 (0 turns re-running off)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError("invalid-failover-timeout")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInputError("invalid-failover-timeout")
+    return seconds
+
+
+class Failover:
+    """The re-run policy of one store: `run(attempt)` calls `attempt(rerun)`, where
+    `rerun` is True on every attempt after a lost connection (the earlier one may have
+    committed)."""
+
+    def __init__(
+        self,
+        timeout_s: float,
+        *,
+        database: str,
+        forget_connections: Callable[[], None] = lambda: None,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """`database`: the URL with its password masked, for the log; `forget_connections`
+        drops pooled connections that may point at the old primary."""
+        self.timeout_s = require_failover_timeout(timeout_s)
+        self._database = database
+        self._forget_connections = forget_connections
+        self._monotonic = monotonic
+        self._sleep = sleep
+
+    def run(self, attempt: Callable[[bool], T]) -> T:
+        deadline: float | None = None
+        retries = 0
+        while True:
+            try:
+                return attempt(retries > 0)
+            except CadenceStoreError as error:
+                cause = error.__cause__
+                if self.timeout_s <= 0 or not is_connection_lost(cause):
+                    raise
+                now = self._monotonic()
+                if deadline is None:
+                    deadline = now + self.timeout_s
+                if now >= deadline:
+                    raise StoreUnavailableError(
+                        "run-store-unavailable",
+                        f"no primary answered within {self.timeout_s:g} s "
+                        f"({self._database}); the outcome of the call is unknown: it is safe "
+                        f"to retry it with the same operation id (last error: {error.detail})",
+                    ) from error
+                retries += 1
+                ceiling = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (retries - 1))
+                delay = min(random.uniform(ceiling / 2, ceiling), deadline - now)
+                logger.warning(
+                    "cadence-store: connection to %s lost or no primary answered (%s); "
+                    "re-running the call in %.2f s (retry %d, giving up after %g s)",
+                    self._database,
+                    error.detail,
+                    delay,
+                    retries,
+                    self.timeout_s,
+                )
+                self._forget_connections()
+                self._sleep(delay)
