@@ -295,7 +295,7 @@ def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStat
 class Statements:
     """Executes the named statements on one SQLAlchemy connection's DB-API cursor."""
 
-    __slots__ = ("_cursor", "_dialect", "_schema_map")
+    __slots__ = ("_cursor", "_dialect", "_raw", "_schema_map")
 
     def __init__(self, connection: Connection) -> None:
         self._dialect = connection.dialect
@@ -303,6 +303,7 @@ class Statements:
         self._schema_map: SchemaMap = tuple(sorted(translate.items(), key=lambda kv: str(kv[0])))
         raw = connection.connection.dbapi_connection
         assert raw is not None
+        self._raw = raw
         self._cursor = raw.cursor()
 
     def _run(self, name: str, params: Mapping[str, Any]) -> Any:
@@ -327,10 +328,13 @@ class Statements:
         cursor on PostgreSQL, whose client cursors would fetch everything)."""
         statement = _compiled(self._dialect, name, self._schema_map)
         args = statement.arguments(params)
-        raw = self._cursor.connection
+        raw = self._raw
         if self._dialect.name == "postgresql":
-            cursor = raw.cursor(name=f"cadence_stream_{next(_stream_ids)}")
-            cursor.itersize = batch
+            # a named cursor is server-side (psycopg, and its async adapter: name positional)
+            cursor = raw.cursor(f"cadence_stream_{next(_stream_ids)}")
+        elif self._dialect.is_async:
+            # aiosqlite's adapter would otherwise fetch the whole result on execute
+            cursor = raw.cursor(server_side=True)
         else:
             cursor = raw.cursor()
         try:
