@@ -466,3 +466,59 @@ def test_async_names_are_exported_lazily() -> None:
     assert {"AsyncRunStore", "AsyncRunRepository", "upgrade_async"} <= set(cadence_store.__all__)
     with pytest.raises(AttributeError):
         _ = cadence_store.NoSuchName  # type: ignore[attr-defined]
+
+
+# -- PostgreSQL retries ------------------------------------------------------------------------
+
+FAIL_FIRST_INSERTS = """
+CREATE SEQUENCE insert_attempts;
+CREATE FUNCTION fail_first_inserts() RETURNS trigger AS $$
+BEGIN
+  -- a sequence is not transactional: the count survives the rolled-back attempts
+  IF nextval('insert_attempts') <= {failures} THEN
+    RAISE EXCEPTION 'injected' USING ERRCODE = '{sqlstate}';
+  END IF;
+  RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER fail_first_inserts BEFORE INSERT ON events
+  FOR EACH ROW EXECUTE FUNCTION fail_first_inserts();
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sqlstate", ["40001", "40P01"])
+def test_postgresql_serialization_failures_and_deadlocks_are_retried(
+    pg_database_url: str, sqlstate: str
+) -> None:
+    url = async_database_url(pg_database_url).render_as_string(hide_password=False)
+    asyncio.run(upgrade_async(url))
+    with RunStore(pg_database_url, root_hash=ROOT_HASH) as store:
+        run = store.start_run("abel-implement", change="retried", operation_id="start")
+    engine = create_engine(pg_database_url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql(FAIL_FIRST_INSERTS.format(failures=2, sqlstate=sqlstate))
+
+    def attempts() -> int:
+        with engine.connect() as connection:
+            return connection.exec_driver_sql("SELECT last_value FROM insert_attempts").scalar()
+
+    async def scenario() -> None:
+        async with AsyncRunStore(url, root_hash=ROOT_HASH) as store:
+            projection = await store.transition(run.run_id, "paused", operation_id="pause")
+            assert projection.sequence == 2
+            assert attempts() == 3  # two lost races, then the whole transaction again
+            with engine.begin() as connection:  # from now on every attempt loses
+                connection.exec_driver_sql(
+                    "ALTER SEQUENCE insert_attempts MINVALUE -1000 RESTART WITH -1000"
+                )
+            before = table_snapshot(engine)
+            with pytest.raises(cadence_store.StoreBusyError) as info:
+                await store.transition(run.run_id, "running", operation_id="resume")
+            assert info.value.code == "run-store-busy"
+            assert attempts() == -1000 + 8 - 1  # MAX_ATTEMPTS, then it surfaces
+            assert table_snapshot(engine) == before
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        engine.dispose()
