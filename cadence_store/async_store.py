@@ -15,8 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import random
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
@@ -37,7 +47,7 @@ from .engine import (
 )
 from .errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
 from .failures import is_database_error, is_retryable, translate_database_error
-from .journal import OperationLease, RunProjection
+from .journal import OperationLease, RunEvent, RunProjection
 from .journal.validation import (
     require_callable,
     require_clock,
@@ -45,7 +55,7 @@ from .journal.validation import (
     require_root_hash,
 )
 from .journal.values import ApprovalProof, BindDelivery
-from .repository import Clock, RunRepository, check_delivery
+from .repository import EVENT_BATCH, Clock, RunRepository, check_delivery
 from .schema import assert_at_head, schema_options, upgrade, upgrade_command
 from .store import MAX_ATTEMPTS, _missing_sqlite_file
 from .unit_of_work import UnitOfWork
@@ -634,6 +644,42 @@ class AsyncRunStore:
     run_ids = _in_snapshot(RunRepository.run_ids)
     # The read API (issue "A read side"), when RunRepository has it:
     # list_runs = _in_snapshot(RunRepository.list_runs), and run_detail, counts likewise.
+
+    async def iter_events(self, run_id: str) -> AsyncIterator[RunEvent]:
+        """The run's events, streamed in batches from one snapshot (`async for`)."""
+        await self._ensure_ready()
+        root_hash, clock = self.root_hash, self._clock
+        dbapi = self.engine.dialect.loaded_dbapi
+        with ExitStack() as snapshot:
+
+            def start(connection: Connection) -> Iterator[RunEvent]:
+                snapshot.enter_context(read_snapshot(connection))
+                repository = RunRepository.on_connection(
+                    connection, lambda: Session(bind=connection), root_hash=root_hash, clock=clock
+                )
+                return repository.iter_events(run_id)
+
+            try:
+                async with self.engine.connect() as connection:
+                    events = await connection.run_sync(start)
+                    try:
+                        # the sync generator resumes in each run_sync's greenlet
+                        while batch := await connection.run_sync(
+                            lambda _: list(itertools.islice(events, EVENT_BATCH))
+                        ):
+                            for event in batch:
+                                yield event
+                    finally:
+                        await connection.run_sync(_finish_stream, events, snapshot)
+            except Exception as error:
+                raise _translated(error, dbapi) from error
+
+
+def _finish_stream(_: Connection, events: Iterator[RunEvent], snapshot: ExitStack) -> None:
+    close = getattr(events, "close", None)  # a generator: release its server-side cursor
+    if close is not None:
+        close()
+    snapshot.close()
 
 
 async def upgrade_async(

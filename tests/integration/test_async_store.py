@@ -522,3 +522,22 @@ def test_postgresql_serialization_failures_and_deadlocks_are_retried(
         asyncio.run(scenario())
     finally:
         engine.dispose()
+
+
+def test_iter_events_streams_the_chain_from_one_snapshot(async_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncRunStore(async_url, root_hash=ROOT_HASH) as store:
+            run = await store.start_run("abel-implement", change="stream", operation_id="s")
+            async with store.unit_of_work() as uow:
+                for n in range(2_100):  # more than two batches
+                    await uow.runs.transition(run.run_id, "paused", operation_id=f"p-{n}")
+            streamed = [event async for event in store.iter_events(run.run_id)]
+            assert streamed == await store.list_events(run.run_id)
+            assert [e.sequence for e in streamed] == list(range(1, 2_102))
+            partial = store.iter_events(run.run_id)
+            assert (await anext(partial)).sequence == 1
+            await partial.aclose()  # an abandoned stream releases its connection
+            with pytest.raises(cadence_store.RunNotFoundError):
+                _ = [event async for event in store.iter_events("no-such-run")]
+
+    asyncio.run(scenario())
