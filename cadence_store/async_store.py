@@ -30,7 +30,7 @@ from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
@@ -96,14 +96,8 @@ def create_async_store_engine(url: str | URL, **engine_options: Any) -> AsyncEng
         def on_connect(dbapi_connection: Any, _record: Any) -> None:
             _set_session_pragmas(dbapi_connection, wal=False)
 
-        from sqlalchemy import event
-
         event.listen(engine.sync_engine, "connect", on_connect)
     return engine
-
-
-def _translated(error: Exception, dbapi: Any) -> Exception:
-    return translate_database_error(error) if is_database_error(error, dbapi) else error
 
 
 async def _completed(result: object) -> None:
@@ -279,7 +273,9 @@ class AsyncUnitOfWork:
             await connection.run_sync(begin_write)
         except Exception as error:
             await connection.close()
-            raise _translated(error, self._dbapi) from error
+            if is_database_error(error, self._dbapi):
+                raise translate_database_error(error) from error
+            raise
         self._connection = connection
         self._runs = AsyncRunRepository.on_connection(
             connection, lambda: self.session, root_hash=self._root_hash, clock=self._clock
@@ -303,7 +299,9 @@ class AsyncUnitOfWork:
                     await connection.commit()
                 except Exception as error:
                     await _rollback_quietly(session, connection)
-                    raise _translated(error, self._dbapi) from error
+                    if is_database_error(error, self._dbapi):
+                        raise translate_database_error(error) from error
+                    raise
             else:
                 await _rollback_quietly(session, connection)
                 if isinstance(exc, Exception) and is_database_error(exc, self._dbapi):
@@ -518,7 +516,9 @@ class AsyncRunStore:
             async with self.engine.connect() as connection:
                 return await connection.run_sync(read)
         except Exception as error:
-            raise _translated(error, self.engine.dialect.loaded_dbapi) from error
+            if is_database_error(error, self.engine.dialect.loaded_dbapi):
+                raise translate_database_error(error) from error
+            raise
 
     # -- runs and their journal ------------------------------------------------------------
 
@@ -672,7 +672,9 @@ class AsyncRunStore:
                     finally:
                         await connection.run_sync(_finish_stream, events, snapshot)
             except Exception as error:
-                raise _translated(error, dbapi) from error
+                if is_database_error(error, dbapi):
+                    raise translate_database_error(error) from error
+                raise
 
 
 def _finish_stream(_: Connection, events: Iterator[RunEvent], snapshot: ExitStack) -> None:
