@@ -81,8 +81,11 @@ def test_fixtures_give_an_upgraded_store_with_the_fake_clock(
     assert lease.expires_at == cadence_store_clock.now + 10
     assert cadence_store_clock.advance(11) == lease.expires_at + 1
     assert cadence_store.inspect_operation(run.run_id, "op").state == "interrupted"
-    assert cadence_store_url.startswith("sqlite:///")
     assert_chain_intact(cadence_store)
+    engine = create_engine(cadence_store_url)  # the owned tables under their plain names
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM events")).scalar() == 1
+    engine.dispose()
 
 
 def test_assert_chain_intact_names_run_sequence_and_difference(
