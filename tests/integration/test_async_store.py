@@ -541,3 +541,31 @@ def test_iter_events_streams_the_chain_from_one_snapshot(async_url: str) -> None
                 _ = [event async for event in store.iter_events("no-such-run")]
 
     asyncio.run(scenario())
+
+
+def test_without_the_async_extra_import_works_and_the_url_is_refused() -> None:
+    probe = """
+import sys
+sys.modules["aiosqlite"] = None  # as if the `async` extra were not installed
+import cadence_store
+from cadence_store import AsyncRunStore, InvalidInputError
+try:
+    AsyncRunStore("sqlite+aiosqlite:///nowhere.sqlite3")
+except InvalidInputError as error:
+    print(error.code)
+"""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "invalid-database-url"
+
+
+def test_async_database_url_names_the_async_driver() -> None:
+    assert async_database_url("sqlite:///a.db").drivername == "sqlite+aiosqlite"
+    assert async_database_url("postgresql://u@h/d").drivername == "postgresql+psycopg"
+    assert async_database_url("postgresql+psycopg://u@h/d").drivername == "postgresql+psycopg"
+    assert async_database_url("sqlite+aiosqlite:///a.db").drivername == "sqlite+aiosqlite"

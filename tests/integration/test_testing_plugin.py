@@ -116,3 +116,10 @@ def test_fake_clock_refuses_going_backwards() -> None:
     with pytest.raises(ValueError):
         clock.advance(-1)
     assert clock() == 5
+
+
+def test_collection_alone_touches_no_database(tmp_path: Path) -> None:
+    result = _host_pytest("--collect-only", "--basetemp", str(tmp_path / "base"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "5 tests collected" in result.stdout
+    assert not list(tmp_path.rglob("*.sqlite3"))
