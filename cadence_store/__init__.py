@@ -1,5 +1,7 @@
 """cadence-store: a durable, sha256 hash-chained run journal for SQLAlchemy applications."""
 
+from typing import TYPE_CHECKING, Any
+
 from .engine import configure_engine
 from .errors import (
     CadenceStoreError,
@@ -40,11 +42,29 @@ from .store import RunStore
 from .transfer import copy_store, export_store, import_store, verify_export
 from .unit_of_work import UnitOfWork
 
+if TYPE_CHECKING:
+    from .async_store import AsyncRunRepository, AsyncRunStore, upgrade_async
+
+# The async API loads on first use: `import cadence_store` needs neither the `async` extra
+# nor SQLAlchemy's asyncio extension.
+_ASYNC_NAMES = frozenset({"AsyncRunRepository", "AsyncRunStore", "upgrade_async"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ASYNC_NAMES:
+        from . import async_store
+
+        return getattr(async_store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
     "OWNED_TABLES",
     "ApprovalProof",
+    "AsyncRunRepository",
+    "AsyncRunStore",
     "BindDelivery",
     "BindingRecord",
     "CadenceStoreError",
@@ -81,5 +101,6 @@ __all__ = [
     "prepare_state_root",
     "resolve_state_root",
     "upgrade",
+    "upgrade_async",
     "verify_export",
 ]

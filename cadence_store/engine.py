@@ -39,6 +39,15 @@ def begins_immediate(engine: Engine) -> bool:
     return engine in _immediate_engines
 
 
+def driver_in_transaction(raw: Any) -> bool:
+    """Whether a SQLite driver connection has a transaction open: sqlite3's
+    `in_transaction`, or through aiosqlite's adapted connection, its driver connection's."""
+    state = getattr(raw, "in_transaction", None)
+    if state is None:
+        state = getattr(getattr(raw, "driver_connection", None), "in_transaction", True)
+    return bool(state)
+
+
 def parse_url(url: str | URL) -> URL:
     try:
         return make_url(url)
@@ -134,13 +143,13 @@ def read_snapshot(connection: Connection) -> Iterator[None]:
     if is_sqlite(connection):
         raw = connection.connection.dbapi_connection
         assert raw is not None
-        began = not raw.in_transaction
+        began = not driver_in_transaction(raw)
         if began:
             raw.execute("BEGIN")
         try:
             yield
         finally:
-            if began and raw.in_transaction:
+            if began and driver_in_transaction(raw):
                 raw.rollback()
         return
     connection.begin()

@@ -35,7 +35,13 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from . import queries
-from .engine import begin_immediate, begins_immediate, is_postgresql, is_sqlite
+from .engine import (
+    begin_immediate,
+    begins_immediate,
+    driver_in_transaction,
+    is_postgresql,
+    is_sqlite,
+)
 from .errors import (
     CadenceStoreError,
     InvalidInputError,
@@ -262,7 +268,7 @@ class RunRepository:
         connection = self._connection()
         if is_sqlite(connection) and not begins_immediate(connection.engine):
             raw = connection.connection.dbapi_connection
-            if raw is not None and not getattr(raw, "in_transaction", True):
+            if raw is not None and not driver_in_transaction(raw):
                 begin_immediate(connection)
         return Statements(connection, self.schema)
 

@@ -295,7 +295,7 @@ def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStat
 class Statements:
     """Executes the named statements on one SQLAlchemy connection's DB-API cursor."""
 
-    __slots__ = ("_cursor", "_dialect", "_schema_map")
+    __slots__ = ("_cursor", "_dialect", "_raw", "_schema_map")
 
     def __init__(self, connection: Connection, schema: str | None = None) -> None:
         """`schema`: where cadence-store's tables are (the connection's own statements,
@@ -304,6 +304,7 @@ class Statements:
         self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
         raw = connection.connection.dbapi_connection
         assert raw is not None
+        self._raw = raw
         self._cursor = raw.cursor()
 
     def _run(self, name: str, params: Mapping[str, Any]) -> Any:
@@ -328,10 +329,13 @@ class Statements:
         cursor on PostgreSQL, whose client cursors would fetch everything)."""
         statement = _compiled(self._dialect, name, self._schema_map)
         args = statement.arguments(params)
-        raw = self._cursor.connection
+        raw = self._raw
         if self._dialect.name == "postgresql":
-            cursor = raw.cursor(name=f"cadence_stream_{next(_stream_ids)}")
-            cursor.itersize = batch
+            # a named cursor is server-side (psycopg, and its async adapter: name positional)
+            cursor = raw.cursor(f"cadence_stream_{next(_stream_ids)}")
+        elif self._dialect.is_async:
+            # aiosqlite's adapter would otherwise fetch the whole result on execute
+            cursor = raw.cursor(server_side=True)
         else:
             cursor = raw.cursor()
         try:

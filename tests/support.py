@@ -7,10 +7,16 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.testing import (
+    CLOCK_START_MS,
+    FakeClock,
+)  # the plugin's clock: this suite is its first user
 
 ROOT_HASH = "ab" * 32
 # A realistic epoch-milliseconds start: lease expiries exceed 32-bit integers (BIGINT).
-START_MS = 1_768_469_475_000
+START_MS = CLOCK_START_MS
+
+__all__ = ["OWNED", "ROOT_HASH", "START_MS", "FakeClock", "Snapshot", "table_snapshot"]
 
 OWNED = {
     "runs": runs,
@@ -20,20 +26,6 @@ OWNED = {
 }
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
-
-
-class FakeClock:
-    """A controllable clock: ``clock()`` returns ``clock.now`` (int milliseconds)."""
-
-    def __init__(self, now: int = START_MS) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
 
 
 def table_snapshot(engine: Engine) -> Snapshot:
