@@ -8,6 +8,9 @@ Sections (add new fixtures to the matching section, or a new one at the end):
 4. Both engines                      (database_url: every test taking it runs on
                                       "sqlite" and "postgresql")
 
+The store fixtures built on ``database_url`` (clock, store_url, store, db, snapshot,
+rejected, ...) live in the plugin tests/store_fixtures.py.
+
 PostgreSQL comes from a private throwaway cluster (tests/pg_cluster.py), started
 once per test session (once per xdist worker) and only if a test asks for it.
 Set CADENCE_TEST_PG_URL to use an existing server instead.  Without PostgreSQL
@@ -31,6 +34,9 @@ if str(_TESTS_DIR) not in sys.path:  # also works under --import-mode=importlib
     sys.path.insert(0, str(_TESTS_DIR))
 
 from pg_cluster import pg_available, throwaway_cluster  # noqa: E402
+
+# clock, store_url, run_store/store, db, table_rows, snapshot, rejected
+pytest_plugins = ["store_fixtures"]
 
 # --------------------------------------------------------------------------
 # 1. Command-line options and markers

@@ -1,99 +1,58 @@
-"""Fixtures of the behavioural store suite (tests/integration/test_store_*.py).
+"""The behavioural store suite (tests/integration/test_store_*.py).
 
-Every store test takes ``database_url`` (tests/conftest.py), so it runs once on SQLite
-and once on PostgreSQL, each time on a fresh database:
+Its fixtures (``clock``, ``store_url``, ``store``, ``db``, ``table_rows``, ``snapshot``,
+``rejected``) come from the shared plugin tests/store_fixtures.py; every store test takes
+``database_url`` (tests/conftest.py), so it runs once on SQLite and once on PostgreSQL,
+each time on a fresh database.
 
-- ``clock``: a `FakeClock` (int milliseconds) the test moves by hand;
-- ``store_url``: the database URL after ``cadence_store.upgrade``;
-- ``store``: ``RunStore(store_url, root_hash=ROOT_HASH, clock=clock)``, closed afterwards;
-- ``db``: a plain SQLAlchemy engine on the same database, for reading or tampering with
-  rows directly;
-- ``table_rows`` / ``snapshot``: the rows of the four owned tables;
-- ``rejected(error_class, code)``: a context manager asserting that its block raises
-  exactly that class with exactly that ``.code`` and writes nothing (all four tables are
-  compared before and after).
+Every test of those modules that takes ``store`` also runs once per entry point (ids like
+``[sqlite-uow]``): ``store`` is then an adapter with RunStore's method names (see
+tests/entry_points.py). A test marked ``@pytest.mark.run_store_only`` (it inspects what
+only `RunStore` has: retries, close, its ``write=`` callbacks...) runs through `RunStore`
+alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select
-from support import OWNED as _TABLES
-from support import ROOT_HASH, FakeClock, Snapshot, table_snapshot
+from entry_points import ENTRY_POINTS, RepositoryEntry, UnitOfWorkEntry
+from sqlalchemy import create_engine
+from support import ROOT_HASH, FakeClock
 
-import cadence_store
-from cadence_store import CadenceStoreError, RunStore
+from cadence_store import RunStore
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store" not in metafunc.fixturenames:
+        return
+    if not Path(str(metafunc.definition.fspath)).name.startswith("test_store_"):
+        return
+    only_store = metafunc.definition.get_closest_marker("run_store_only") is not None
+    metafunc.fixturenames.append("entry_point")
+    metafunc.parametrize(
+        "entry_point", ["store"] if only_store else list(ENTRY_POINTS), indirect=True
+    )
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def entry_point(request: pytest.FixtureRequest) -> str:
+    """How ``store`` calls the library (``store`` unless the test is parametrized)."""
+    return str(getattr(request, "param", "store"))
 
 
 @pytest.fixture
-def store_url(database_url: str) -> str:
-    cadence_store.upgrade(database_url)
-    return database_url
-
-
-@pytest.fixture
-def store(store_url: str, clock: FakeClock) -> Iterator[RunStore]:
-    run_store = RunStore(store_url, root_hash=ROOT_HASH, clock=clock)
-    try:
+def store(run_store: RunStore, entry_point: str, store_url: str, clock: FakeClock) -> Iterator[Any]:
+    if entry_point == "store":
         yield run_store
-    finally:
-        run_store.close()
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[Engine]:
-    engine = create_engine(store_url, pool_size=1, max_overflow=2)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-
-
-@pytest.fixture
-def table_rows(db: Engine) -> Callable[[str], list[dict[str, Any]]]:
-    """``table_rows("operations")``: the table's rows as dicts, in primary-key order."""
-
-    def read(name: str) -> list[dict[str, Any]]:
-        table = _TABLES[name]
-        with db.connect() as connection:
-            result = connection.execute(select(table).order_by(*table.primary_key.columns))
-            return [dict(row._mapping) for row in result]
-
-    return read
-
-
-@pytest.fixture
-def snapshot(db: Engine) -> Callable[[], Snapshot]:
-    """``snapshot()``: every row of the four owned tables."""
-
-    def take() -> Snapshot:
-        return table_snapshot(db)
-
-    return take
-
-
-@pytest.fixture
-def rejected(
-    snapshot: Callable[[], Snapshot],
-) -> Callable[[type[CadenceStoreError], str], AbstractContextManager[Any]]:
-    """``with rejected(InvalidInputError, "invalid-change"): store.start_run(...)``."""
-
-    @contextmanager
-    def expect(error_class: type[CadenceStoreError], code: str) -> Iterator[Any]:
-        before = snapshot()
-        with pytest.raises(CadenceStoreError) as info:
-            yield info
-        assert type(info.value) is error_class, (type(info.value), info.value)
-        assert info.value.code == code, info.value
-        assert snapshot() == before, f"{code}: a rejected call changed the database"
-
-    return expect
+    elif entry_point == "uow":
+        yield UnitOfWorkEntry(run_store)
+    else:
+        host_engine = create_engine(store_url)  # the host's own engine, as it made it
+        try:
+            yield RepositoryEntry(run_store, host_engine, ROOT_HASH, clock)
+        finally:
+            host_engine.dispose()

@@ -22,6 +22,11 @@ from cadence_store import (
 )
 from cadence_store.models import events, runs
 
+# RunStore-only: these tests are about RunStore's `*_atomically` methods (every adapter
+# delegates them to RunStore anyway) and about units of work and host sessions that the
+# tests build themselves, with `store` as the outside observer.
+pytestmark = pytest.mark.run_store_only
+
 A = "a" * 64
 B = "b" * 64
 C = "c" * 64

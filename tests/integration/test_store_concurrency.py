@@ -10,6 +10,12 @@ import multiprocessing
 import queue
 import traceback
 
+import pytest
+
+# RunStore-only: the concurrent writers are child processes using RunStore (its retries
+# are what is under test); `store` only sets up and reads back.
+pytestmark = pytest.mark.run_store_only
+
 ROOT_HASH = "ab" * 32
 PROCESSES = 2
 CALLS = 25

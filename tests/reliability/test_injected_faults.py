@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,33 +44,7 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store_url(database_url: str) -> str:
-    cadence_store.upgrade(database_url)
-    return database_url
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[Engine]:
-    engine = create_engine(store_url, pool_size=1, max_overflow=2)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-
-
-@pytest.fixture
-def store(store_url: str, clock: FakeClock) -> Iterator[RunStore]:
-    run_store = RunStore(store_url, root_hash=ROOT_HASH, clock=clock)
-    try:
-        yield run_store
-    finally:
-        run_store.close()
+# Fixtures clock, store_url, db and store: tests/store_fixtures.py
 
 
 # -- fault triggers ---------------------------------------------------------------------------

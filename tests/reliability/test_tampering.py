@@ -24,9 +24,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, text
 
-import cadence_store
 from cadence_store import JournalIntegrityError, RunStore
 from cadence_store.cli import main
 from cadence_store.journal import hash_event
@@ -322,31 +321,7 @@ COLUMN_GAPS = [
 ]
 
 
-# -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def store_url(database_url: str) -> str:
-    cadence_store.upgrade(database_url)
-    return database_url
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[RunStore]:
-    run_store = RunStore(store_url, root_hash=ROOT_HASH, clock=lambda: 1_000)
-    try:
-        yield run_store
-    finally:
-        run_store.close()
-
-
-@pytest.fixture
-def db(store_url: str) -> Iterator[Engine]:
-    engine = create_engine(store_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+# Fixtures store_url, store and db: tests/store_fixtures.py
 
 
 def tamper_runs(store: RunStore, db: Engine, cases: list[Case]) -> dict[str, str]:
