@@ -488,7 +488,9 @@ class RunRepository:
 
     # -- delivery bindings -------------------------------------------------------------
 
-    def _bind_checked(self, sql: Statements, request: BindDelivery) -> RunProjection:
+    def _bind_checked(self, sql: Statements, request: BindDelivery) -> tuple[RunProjection, bool]:
+        """Bind one checked request; the flag says whether an event was appended (False:
+        a replayed operation id, or a binding already stored with this very receipt)."""
         head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
@@ -496,7 +498,7 @@ class RunRepository:
             self._assert_live(sql, request.lease)
         replay = self._replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
         if replay is not None:
-            return replay
+            return replay, False
         proof = request.approval_proof
         existing = sql.one(
             "binding", run_id=request.run_id, gate=request.gate, revision=request.revision
@@ -515,7 +517,7 @@ class RunRepository:
             self._record(
                 sql, request.run_id, request.operation_id, DELIVERY_BOUND, head.projection_json
             )
-            return _projection(_parse_document(head.projection_json))
+            return _projection(_parse_document(head.projection_json)), False
         sql.write(
             "insert_binding",
             run_id=request.run_id,
@@ -540,7 +542,7 @@ class RunRepository:
             }
         document, projection_json = self._append(sql, head, DELIVERY_BOUND, payload)
         self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
-        return _built(document)
+        return _built(document), True
 
     @_coded
     def bind_delivery(
@@ -557,7 +559,8 @@ class RunRepository:
         request = check_delivery(
             run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
         )
-        return self._bind_checked(self._write_statements(), request)
+        projection, _ = self._bind_checked(self._write_statements(), request)
+        return projection
 
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
@@ -595,16 +598,24 @@ class RunRepository:
             raise InvalidInputError("delivery-binding-write-invalid")
         return requests
 
-    @_coded
     def bind_deliveries(self, requests: list[BindDelivery]) -> RunProjection:
         """Bind several checked deliveries of one run (see `check_deliveries`)."""
+        projection, _ = self.bind_deliveries_once(requests)
+        return projection
+
+    @_coded
+    def bind_deliveries_once(self, requests: list[BindDelivery]) -> tuple[RunProjection, bool]:
+        """`bind_deliveries`, and whether any of them appended an event (False: every
+        request replayed a receipt or found its binding already stored)."""
         sql = self._write_statements()
         projection: RunProjection | None = None
+        appended = False
         for request in requests:
-            projection = self._bind_checked(sql, request)
+            projection, appended_one = self._bind_checked(sql, request)
+            appended = appended or appended_one
         if projection is None:
             raise InvalidInputError("delivery-binding-empty")
-        return projection
+        return projection, appended
 
     # -- transitions -------------------------------------------------------------------
 
