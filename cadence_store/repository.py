@@ -58,6 +58,7 @@ from .journal import (
     js_stringify,
 )
 from .journal.canonical import JsonValueError
+from .journal.receipts import ReceiptVerifier, receipt_error
 from .journal.validation import (
     coerce_approval_proof,
     coerce_lease,
@@ -855,7 +856,7 @@ class RunRepository:
     def list_events(self, run_id: str) -> list[RunEvent]:
         return list(self.iter_events(run_id))
 
-    def _replay_chain(self, run_id: str) -> Document:
+    def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
         verifier = ChainVerifier()
         try:
             feed = verifier.feed
@@ -864,6 +865,8 @@ class RunRepository:
             ):
                 payload = _event_payload(payload_json, run_id, sequence)
                 feed(sequence, type_, payload, event_hash, prior_hash)
+                if receipts is not None:
+                    receipts.observe(sequence, verifier.projection)
             return verifier.result()
         except JournalIntegrityError as error:
             error.run_id = run_id
@@ -884,13 +887,15 @@ class RunRepository:
     @_coded
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with everything stored about the run: the
-        projection (key order included), the run row's columns and the binding rows."""
+        projection (key order included), the run row's columns, the binding rows and the
+        operations rows (each journal receipt must be a projection the chain produced)."""
         require_run_id(run_id)
         sql = self._read_statements()
         row = sql.one("verify_columns", run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
-        rebuilt = self._replay_chain(run_id)
+        receipts = ReceiptVerifier(run_id, sql.all("operations_of_run", run_id=run_id))
+        rebuilt = self._replay_chain(run_id, receipts)
         columns = dict(zip((name for name, _ in MIRRORED_COLUMNS), row[1:], strict=True))
         difference = stored_difference(
             rebuilt, row[0], columns, sql.all("bindings_of_run", run_id=run_id)
@@ -905,6 +910,9 @@ class RunRepository:
                 expected=difference.expected,
                 actual=difference.actual,
             )
+        problem = receipts.result()
+        if problem is not None:
+            raise receipt_error(run_id, problem)
         return _projection(rebuilt)
 
     @_coded

@@ -43,6 +43,8 @@ from .errors import (
 from .failures import translate_database_error
 from .journal import ChainVerifier, hash_event
 from .journal.canonical import JsonValueError
+from .journal.receipts import OPERATION_COLUMNS as OPERATION_CHECK_COLUMNS
+from .journal.receipts import ReceiptVerifier
 from .journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from .journal.verification import stored_difference
 from .models import delivery_bindings, events, operations, runs
@@ -108,6 +110,7 @@ class RunCheck:
     expected: Any = None
     stored: Any = None
     message: str | None = None
+    operation_id: str | None = None  # the operations row that does not verify
 
     @property
     def description(self) -> str:
@@ -138,6 +141,7 @@ class RunCheck:
             sequence=self.sequence,
             expected=self.expected,
             actual=self.stored,
+            operation_id=self.operation_id,
         )
 
 
@@ -361,6 +365,9 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
     """
     run = record["run"]
     verifier = ChainVerifier()
+    receipts = ReceiptVerifier(
+        run["run_id"], ([row[c] for c in OPERATION_CHECK_COLUMNS] for row in record["operations"])
+    )
     chain = "event-integrity-hash-chain"
     for row in sorted(record["events"], key=lambda row: row["sequence"]):
         sequence = verifier.count + 1
@@ -409,6 +416,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
             return _failure(
                 record, line, error.code, sequence=sequence, message=f"{row['type']} event"
             )
+        receipts.observe(sequence, verifier.projection)
     if verifier.projection is None:
         return _failure(record, line, "event-integrity-empty", sequence=1, message="no events")
     rebuilt = verifier.projection
@@ -427,6 +435,19 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
             field=difference.field,
             expected=difference.expected,
             stored=difference.actual,
+        )
+    problem = receipts.result()
+    if problem is not None:
+        return _failure(
+            record,
+            line,
+            problem.code,
+            sequence=problem.sequence,
+            field=problem.where,
+            expected=problem.expected,
+            stored=problem.actual,
+            message=f"operation {problem.operation_id}",
+            operation_id=problem.operation_id,
         )
     return RunCheck(run_id=run["run_id"], ok=True, line=line)
 
