@@ -139,9 +139,15 @@ def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]
     return lines
 
 
+def printable(text: str) -> str:
+    """`text` with lone surrogates (from a hostile run id or file) escaped as `\\udxxx`,
+    so that printing it cannot fail."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def echo_error(error: CadenceStoreError, urls: Iterable[str] = ()) -> int:
     for line in error_lines(error, urls):
-        click.echo(line, err=True)
+        click.echo(printable(line), err=True)
     return exit_code(error)
 
 

@@ -57,7 +57,7 @@ from .journal import (
     hash_event,
     js_stringify,
 )
-from .journal.canonical import JsonValueError
+from .journal.canonical import JsonValueError, has_lossy_number
 from .journal.receipts import ReceiptVerifier, receipt_error
 from .journal.validation import (
     coerce_approval_proof,
@@ -101,7 +101,7 @@ def _advisory_key(text: str) -> int:
 def _parse_document(text: str | None, code: str = "run-projection-invalid") -> Document:
     try:
         value = json.loads(text) if text is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # a hostile row: nested too deep
         raise JournalIntegrityError(code) from None
     if not isinstance(value, dict) or not isinstance(value.get("runId"), str):
         raise JournalIntegrityError(code)
@@ -122,6 +122,14 @@ def _built(document: Document) -> RunProjection:
         return RunProjection.from_trusted_document(document)
     except (KeyError, TypeError):
         raise JournalIntegrityError("run-projection-invalid") from None
+
+
+def _expiry(now: int, ttl: int) -> int:
+    """`now + ttl`, refused past 2**53 - 1 (cadence 1.x, JavaScript, cannot hold it)."""
+    expires_at = now + ttl
+    if not is_safe_integer(expires_at):
+        raise InvalidInputError("invalid-lease-ttl", "the lease would expire past 2**53 - 1 ms")
+    return expires_at
 
 
 def _bool_option(value: object, code: str) -> bool:
@@ -722,7 +730,10 @@ class RunRepository:
                 expires_at=existing.lease_expires_at,
             )
         lease = OperationLease(
-            run_id=run_id, operation_id=operation_id, token=str(uuid.uuid4()), expires_at=now + ttl
+            run_id=run_id,
+            operation_id=operation_id,
+            token=str(uuid.uuid4()),
+            expires_at=_expiry(now, ttl),
         )
         sql.write(
             "insert_lease" if existing is None else "restart_lease",
@@ -739,7 +750,7 @@ class RunRepository:
         checked = coerce_lease(lease)
         sql = self._write_statements()
         self._assert_live(sql, checked)
-        expires_at = self._now() + ttl
+        expires_at = _expiry(self._now(), ttl)
         sql.write(
             "renew_lease",
             run_id=checked.run_id,
@@ -778,6 +789,9 @@ class RunRepository:
             serialized = js_stringify(outcome)
         except (JsonValueError, RecursionError):
             raise InvalidInputError("operation-outcome-invalid") from None
+        if has_lossy_number(outcome):
+            # JSON.stringify would write it as null: refused rather than lost
+            raise InvalidInputError("operation-outcome-invalid", "a number JSON cannot carry")
         self._finish_lease(checked, "committed", serialized)
         result: dict[str, Any] = json.loads(serialized)
         return result
@@ -811,7 +825,7 @@ class RunRepository:
         if row.outcome_json is not None:
             try:
                 outcome = json.loads(row.outcome_json)
-            except ValueError:
+            except (ValueError, RecursionError):
                 outcome = None
             if not isinstance(outcome, dict):
                 raise JournalIntegrityError("operation-outcome-invalid")
@@ -951,7 +965,7 @@ _decode_json: Final = json.JSONDecoder().decode
 def _event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
     try:
         return _decode_json(payload_json)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         raise JournalIntegrityError(
             "event-integrity-hash-chain", "payload is not JSON", run_id=run_id, sequence=sequence
         ) from None

@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any, Final
 
-__all__ = ["JsonValueError", "canonical_json", "compare_canonical_strings", "js_stringify"]
+__all__ = [
+    "JsonValueError",
+    "canonical_json",
+    "compare_canonical_strings",
+    "has_lossy_number",
+    "js_stringify",
+]
 
 
 class JsonValueError(ValueError):
@@ -301,3 +307,28 @@ def compare_canonical_strings(left: str, right: str) -> int:
         right_units = right.encode("utf-16-be", "surrogatepass")
         return (left_units > right_units) - (left_units < right_units)
     return (left > right) - (left < right)
+
+
+def has_lossy_number(value: object) -> bool:
+    """Whether `value` holds a number that JSON.stringify writes as `null` (NaN, an
+    infinity, or an integer beyond the largest double), which a reader cannot get back.
+
+    Walks with an explicit stack: the value may be nested deeper than the interpreter's.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not -_MAX_SAFE <= item <= _MAX_SAFE:
+                try:
+                    float(item)
+                except OverflowError:
+                    return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False

@@ -94,7 +94,7 @@ def stored_difference(
     sequence: int = rebuilt["sequence"]
     try:
         stored = json.loads(projection_json) if projection_json is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         stored = None
     if not isinstance(stored, dict):
         return Difference("projection", "a projection object", projection_json, sequence)
