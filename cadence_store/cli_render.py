@@ -104,7 +104,7 @@ def hint(error: CadenceStoreError) -> str:
     if isinstance(error, StateRootError):
         return (
             "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
-            "the current directory, with no symlinked component (or pass --url)"
+            "the current directory, owned by you, with no symlinked component (or pass --url)"
         )
     if isinstance(error, JournalIntegrityError):
         return "the journal does not verify; see `cadence-store verify` and restore from a backup"
