@@ -401,9 +401,10 @@ def _failure(record: Record, line: int | None, code: str, **fields: Any) -> RunC
 def check_record(record: Record, line: int | None = None) -> RunCheck:
     """Verify one run offline: the chain links and hashes, its reduction, the projection.
 
-    The same rule as `RunRepository.verify_integrity` (`journal.verification`): the events
-    reduce, and the stored projection, run columns and binding rows mirror the replay.
-    Returns the first thing that differs.
+    The same rule as `RunRepository.verify_integrity` (`journal.verification`,
+    `journal.receipts`): the events reduce, the stored projection, run columns and binding
+    rows mirror the replay, and every operations row is a receipt the chain produced or a
+    consistent lease row. Returns the first thing that differs.
     """
     run = record["run"]
     verifier = ChainVerifier()
