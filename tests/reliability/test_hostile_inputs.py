@@ -285,3 +285,47 @@ def test_every_hostile_failure_is_a_cadence_store_error(store: RunStore) -> None
     lease = store.acquire_lease(run_id, "x", 1_000)
     with pytest.raises(CadenceStoreError):
         store.commit_lease(lease, {"n": 10**400})
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("postgresql+psycopg://x@[::1", "invalid-database-url"),
+        ("sqlite:///%00x", "invalid-database-url"),
+        ("sqlite:///" + "a" * 5000, None),  # no such file: coded, as any missing file
+    ],
+    ids=["broken-ipv6", "nul-path", "long-path"],
+)
+def test_an_odd_url_through_the_api_is_a_coded_error(url: str, code: str | None) -> None:
+    from cadence_store.transfer import copy_store
+
+    for call in (lambda: RunStore(url), lambda: cadence_store.upgrade(url)):
+        with pytest.raises(CadenceStoreError) as raised:
+            call()
+        if code is not None:
+            assert raised.value.code == code
+    with pytest.raises(CadenceStoreError):
+        copy_store(url, url)
+
+
+def test_a_file_that_is_not_utf8_through_the_api(store_url: str, db: Engine, tmp_path: Path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"run": "caf\xe9"}\n')
+    with path.open(encoding="utf-8") as lines, pytest.raises(InvalidInputError) as raised:
+        import_store(store_url, lines)
+    assert raised.value.code == "export-file-not-utf8"
+    with path.open(encoding="utf-8") as lines, pytest.raises(InvalidInputError):
+        verify_export(lines)
+    assert all(rows == [] for rows in table_snapshot(db).values())
+
+
+def test_the_command_refuses_an_outcome_json_would_turn_into_null(
+    store: RunStore, store_url: str, db: Engine
+) -> None:
+    run_id = _a_run(store)
+    lease = store.acquire_lease(run_id, "cli-commit", 60_000)
+    before = table_snapshot(db)
+    presented = json.dumps(lease.model_dump(mode="json", by_alias=True))
+    result = cli("lease", "commit", presented, "--outcome", '{"n": 1e400}', "--url", store_url)
+    assert_coded(result, 2, "operation-outcome-invalid")
+    assert table_snapshot(db) == before
