@@ -872,6 +872,7 @@ class RunRepository:
 
     def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
         verifier = ChainVerifier()
+        waiting = {} if receipts is None else receipts.waiting
         try:
             feed = verifier.feed
             for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
@@ -879,8 +880,8 @@ class RunRepository:
             ):
                 payload = _event_payload(payload_json, run_id, sequence)
                 feed(sequence, type_, payload, event_hash, prior_hash)
-                if receipts is not None:
-                    receipts.observe(sequence, verifier.projection)
+                if sequence in waiting:
+                    receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
             return verifier.result()
         except JournalIntegrityError as error:
             error.run_id = run_id
@@ -908,7 +909,9 @@ class RunRepository:
         row = sql.one("verify_columns", run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
-        receipts = ReceiptVerifier(run_id, sql.all("operations_of_run", run_id=run_id))
+        receipts = ReceiptVerifier(run_id)
+        for operation in sql.stream("operations_of_run", EVENT_BATCH, run_id=run_id):
+            receipts.add(operation)
         rebuilt = self._replay_chain(run_id, receipts)
         columns = dict(zip((name for name, _ in MIRRORED_COLUMNS), row[1:], strict=True))
         difference = stored_difference(
@@ -924,7 +927,7 @@ class RunRepository:
                 expected=difference.expected,
                 actual=difference.actual,
             )
-        problem = receipts.result()
+        problem = receipts.result(lambda: sql.all("operations_of_run", run_id=run_id))
         if problem is not None:
             raise receipt_error(run_id, problem)
         return _projection(rebuilt)

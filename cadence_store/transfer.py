@@ -408,9 +408,10 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
     """
     run = record["run"]
     verifier = ChainVerifier()
-    receipts = ReceiptVerifier(
-        run["run_id"], ([row[c] for c in OPERATION_CHECK_COLUMNS] for row in record["operations"])
-    )
+    receipts = ReceiptVerifier(run["run_id"])
+    operation_rows = [[row[c] for c in OPERATION_CHECK_COLUMNS] for row in record["operations"]]
+    for operation in operation_rows:
+        receipts.add(operation)
     chain = "event-integrity-hash-chain"
     for row in sorted(record["events"], key=lambda row: row["sequence"]):
         sequence = verifier.count + 1
@@ -479,7 +480,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
             expected=difference.expected,
             stored=difference.actual,
         )
-    problem = receipts.result()
+    problem = receipts.result(lambda: operation_rows)
     if problem is not None:
         return _failure(
             record,

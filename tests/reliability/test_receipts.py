@@ -312,3 +312,19 @@ def test_an_export_with_a_made_up_kind_or_bogus_state_is_refused(
         with pytest.raises(JournalIntegrityError) as raised:
             import_store(store_url, [json.dumps(edited)])
         assert raised.value.code == code
+
+
+def test_receipts_with_escaped_text_verify_and_their_forgeries_do_not(
+    store: RunStore, db: Engine
+) -> None:
+    """A pause code with a lone surrogate, U+2028 and a quote: the receipt holds
+    `JSON.stringify`'s escapes, which the quick comparison does not produce."""
+    run = store.start_run("abel-implement", change="escaped", operation_id="escaped-start")
+    store.transition(run.run_id, "paused", operation_id="odd", code='\ud800 \u2028 "x"')
+    store.verify_integrity(run.run_id)
+    with db.begin() as connection:
+        edit_receipt("odd", _put("pauseCode", "plain"))(connection, run.run_id)
+    with pytest.raises(JournalIntegrityError) as raised:
+        store.verify_integrity(run.run_id)
+    assert raised.value.code == MISMATCH and raised.value.operation_id == "odd"
+    assert "outcome_json.pauseCode" in str(raised.value)
