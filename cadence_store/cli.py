@@ -427,7 +427,8 @@ def _timeline(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     document: dict[str, Any] | None = None
     for event in store.iter_events(run_id):
         try:
-            document = apply_event(document, event.sequence, event.type, event.payload, event.hash)
+            payload = event.payload if isinstance(event.payload, dict) else {}  # a broken chain
+            document = apply_event(document, event.sequence, event.type, payload, event.hash)
         except CadenceStoreError as error:
             steps.append({"sequence": event.sequence, "event": event.type, "error": error.code})
             break

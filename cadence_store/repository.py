@@ -57,7 +57,7 @@ from .journal import (
     hash_event,
     js_stringify,
 )
-from .journal.canonical import JsonValueError, has_lossy_number
+from .journal.canonical import JsonValueError, has_lossy_number, is_nested_too_deep
 from .journal.receipts import ReceiptVerifier, receipt_error
 from .journal.validation import (
     coerce_approval_proof,
@@ -827,7 +827,7 @@ class RunRepository:
                 outcome = json.loads(row.outcome_json)
             except (ValueError, RecursionError):
                 outcome = None
-            if not isinstance(outcome, dict):
+            if not isinstance(outcome, dict) or is_nested_too_deep(outcome):
                 raise JournalIntegrityError("operation-outcome-invalid")
         return OperationStatus(state=row.state, outcome=outcome, expires_at=row.lease_expires_at)
 
@@ -858,10 +858,18 @@ class RunRepository:
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
         for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(run_id):
+            payload = _event_payload(payload_json, run_id, sequence)
+            if is_nested_too_deep(payload):  # it could not be written out again
+                raise JournalIntegrityError(
+                    "event-integrity-hash-chain",
+                    "payload nested too deep",
+                    run_id=run_id,
+                    sequence=sequence,
+                )
             yield RunEvent.model_construct(
                 sequence=sequence,
                 type=type_,
-                payload=_event_payload(payload_json, run_id, sequence),
+                payload=payload,
                 prior_hash=prior_hash,
                 hash=event_hash,
             )

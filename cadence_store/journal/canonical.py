@@ -22,6 +22,7 @@ __all__ = [
     "canonical_json",
     "compare_canonical_strings",
     "has_lossy_number",
+    "is_nested_too_deep",
     "js_stringify",
     "js_stringify_likely",
 ]
@@ -340,3 +341,21 @@ def js_stringify_likely(value: object) -> str:
     values the journal builds, but not always (lone surrogates, array-index keys, unsafe
     numbers). Only for a quick comparison whose miss is confirmed with `js_stringify`."""
     return _fast_unsorted(value)
+
+
+def is_nested_too_deep(value: object, limit: int = _MAX_DEPTH) -> bool:
+    """Whether `value` nests arrays / objects deeper than `js_stringify` writes (a stored
+    value the library never wrote). Walks with an explicit stack."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

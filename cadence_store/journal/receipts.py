@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import JournalIntegrityError
-from .canonical import JsonValueError, js_stringify, js_stringify_likely
+from .canonical import JsonValueError, is_nested_too_deep, js_stringify, js_stringify_likely
 from .validation import is_safe_integer
 
 Document = dict[str, Any]
@@ -113,7 +113,8 @@ def _lease_problem(
         )
         return ReceiptProblem(operation_id, STATE_INVALID, field, None, value)
     if state == "committed":
-        if _object(outcome_json) is None:
+        outcome = _object(outcome_json)
+        if outcome is None or is_nested_too_deep(outcome):
             return ReceiptProblem(
                 operation_id, OUTCOME_INVALID, "outcome_json", "a JSON object", outcome_json
             )

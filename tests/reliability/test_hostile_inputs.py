@@ -30,6 +30,8 @@ from cadence_store.transfer import import_store, verify_export
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
+# decodes, but deeper than JSON.stringify writes (the library never stores it)
+MID_OBJECT = '{"a":' * 600 + "1" + "}" * 600
 
 
 @pytest.fixture
@@ -81,7 +83,9 @@ def _a_run(store: RunStore) -> str:
 # -- deep JSON in a stored row: corruption (exit 1), coded --------------------------------
 
 
-@pytest.mark.parametrize("deep", [DEEP, DEEP_OBJECT], ids=["list", "object"])
+@pytest.mark.parametrize(
+    "deep", [DEEP, DEEP_OBJECT, MID_OBJECT], ids=["list", "object", "600-deep-object"]
+)
 @pytest.mark.parametrize("column", ["projection_json", "payload_json", "outcome_json"])
 def test_deep_json_in_a_stored_row_is_a_coded_integrity_error(
     store: RunStore, store_url: str, db: Engine, column: str, deep: str
