@@ -12,6 +12,7 @@ refused, needs an upgrade, is busy or unavailable. An expected failure prints
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -108,11 +109,32 @@ def main() -> None:
     """
 
 
+def _checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A database URL that parses, refused up front (`invalid-database-url`, exit 2)."""
+    if not value:
+        return value
+    _remember(value)
+    try:
+        parsed = make_url(value)
+    except (ArgumentError, ValueError) as error:
+        raise InvalidInputError("invalid-database-url", str(error)) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        if "\x00" in parsed.database:
+            raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
+        try:
+            os.stat(parsed.database)
+        except OSError as error:
+            if error.errno == errno.ENAMETOOLONG:
+                raise InvalidInputError("invalid-database-url", error.strerror) from None
+    return value
+
+
 def url_option(function: F) -> F:
     return click.option(
         "--url",
         envvar="CADENCE_STORE_URL",
         default=None,
+        callback=_checked_url,
         metavar="URL",
         help="Database URL (default: $CADENCE_STORE_URL, else the embedded store of the "
         "current directory).",
@@ -142,7 +164,11 @@ def _require_existing_sqlite(url: str) -> None:
     database = parsed.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
-    if not Path(database).exists():
+    try:
+        exists = Path(database).exists()
+    except OSError as error:  # e.g. a path longer than the system allows
+        raise InvalidInputError("invalid-database-url", f"{error.strerror}") from None
+    if not exists:
         raise StoreUnavailableError(
             "run-store-unavailable", f"no database file at {database} (create it with upgrade)"
         )
@@ -196,7 +222,7 @@ def _read_json_argument(value: str, code: str) -> Any:
             raise InvalidInputError(code, f"cannot read {value[1:]}: {error.strerror}") from None
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidInputError(code, "not valid JSON") from None
 
 
@@ -543,7 +569,7 @@ def _report_checks(results: Sequence[RunCheck], label: str) -> None:
     for check in broken:
         where = f"line {check.line}: " if check.line is not None else ""
         name = check.run_id or "(unreadable record)"
-        click.echo(f"BROKEN run {name}: {where}{check.detail}")
+        click.echo(render.printable(f"BROKEN run {name}: {where}{check.detail}"))
     click.echo(
         f"verified {len(results)} run(s) in {label}: {len(results) - len(broken)} ok, "
         f"{len(broken)} broken"
@@ -685,9 +711,17 @@ def import_command(file: str, url: str | None) -> None:
     "source",
     metavar="URL",
     envvar="CADENCE_STORE_URL",
+    callback=_checked_url,
     help="Source database (default: $CADENCE_STORE_URL, else the embedded store).",
 )
-@click.option("--to", "destination", metavar="URL", required=True, help="Destination (at head).")
+@click.option(
+    "--to",
+    "destination",
+    metavar="URL",
+    required=True,
+    callback=_checked_url,
+    help="Destination (at head).",
+)
 @click.option("--batch-size", default=200, show_default=True, type=click.IntRange(min=1))
 def copy(source: str | None, destination: str, batch_size: int) -> None:
     """Copy runs, events, operations and bindings to another database, re-verified there.

@@ -105,7 +105,7 @@ def hint(error: CadenceStoreError) -> str:
     if isinstance(error, StateRootError):
         return (
             "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
-            "the current directory, with no symlinked component (or pass --url)"
+            "the current directory, owned by you, with no symlinked component (or pass --url)"
         )
     if isinstance(error, JournalIntegrityError):
         return "the journal does not verify; see `cadence-store verify` and restore from a backup"
@@ -140,9 +140,15 @@ def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]
     return lines
 
 
+def printable(text: str) -> str:
+    """`text` with lone surrogates (from a hostile run id or file) escaped as `\\udxxx`,
+    so that printing it cannot fail."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def echo_error(error: CadenceStoreError, urls: Iterable[str] = ()) -> int:
     for line in error_lines(error, urls):
-        click.echo(line, err=True)
+        click.echo(printable(line), err=True)
     return exit_code(error)
 
 

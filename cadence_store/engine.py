@@ -79,6 +79,10 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     except (ImportError, NoSuchModuleError, ArgumentError, TypeError) as error:
         # an unknown dialect, a driver that is not installed, or bad engine options
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None
+    if is_sqlite(engine) and "\x00" in (engine.url.database or ""):
+        engine.dispose()
+        # no file can have this name (the driver would raise a bare ValueError)
+        raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
     if is_sqlite(engine):
 
         @event.listens_for(engine, "connect")

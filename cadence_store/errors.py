@@ -63,12 +63,14 @@ class JournalIntegrityError(CadenceStoreError):
         sequence: int | None = None,
         expected: Any = None,
         actual: Any = None,
+        operation_id: str | None = None,
     ) -> None:
         super().__init__(code, detail)
         self.run_id = run_id
         self.sequence = sequence
         self.expected = expected
         self.actual = actual
+        self.operation_id = operation_id  # set when an operations row does not verify
 
 
 class StoreFormatError(CadenceStoreError):

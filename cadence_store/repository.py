@@ -65,7 +65,8 @@ from .journal import (
     hash_event,
     js_stringify,
 )
-from .journal.canonical import JsonValueError
+from .journal.canonical import JsonValueError, has_lossy_number, is_nested_too_deep
+from .journal.receipts import ReceiptVerifier, receipt_error
 from .journal.validation import (
     coerce_approval_proof,
     coerce_lease,
@@ -111,7 +112,7 @@ def _advisory_key(text: str) -> int:
 def _parse_document(text: str | None, code: str = "run-projection-invalid") -> Document:
     try:
         value = json.loads(text) if text is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # a hostile row: nested too deep
         raise JournalIntegrityError(code) from None
     if not isinstance(value, dict) or not isinstance(value.get("runId"), str):
         raise JournalIntegrityError(code)
@@ -132,6 +133,14 @@ def _built(document: Document) -> RunProjection:
         return RunProjection.from_trusted_document(document)
     except (KeyError, TypeError):
         raise JournalIntegrityError("run-projection-invalid") from None
+
+
+def _expiry(now: int, ttl: int) -> int:
+    """`now + ttl`, refused past 2**53 - 1 (cadence 1.x, JavaScript, cannot hold it)."""
+    expires_at = now + ttl
+    if not is_safe_integer(expires_at):
+        raise InvalidInputError("invalid-lease-ttl", "the lease would expire past 2**53 - 1 ms")
+    return expires_at
 
 
 def _bool_option(value: object, code: str) -> bool:
@@ -500,7 +509,9 @@ class RunRepository:
 
     # -- delivery bindings -------------------------------------------------------------
 
-    def _bind_checked(self, sql: Statements, request: BindDelivery) -> RunProjection:
+    def _bind_checked(self, sql: Statements, request: BindDelivery) -> tuple[RunProjection, bool]:
+        """Bind one checked request; the flag says whether an event was appended (False:
+        a replayed operation id, or a binding already stored with this very receipt)."""
         head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
@@ -508,7 +519,7 @@ class RunRepository:
             self._assert_live(sql, request.lease)
         replay = self._replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
         if replay is not None:
-            return replay
+            return replay, False
         proof = request.approval_proof
         existing = sql.one(
             "binding", run_id=request.run_id, gate=request.gate, revision=request.revision
@@ -527,7 +538,7 @@ class RunRepository:
             self._record(
                 sql, request.run_id, request.operation_id, DELIVERY_BOUND, head.projection_json
             )
-            return _projection(_parse_document(head.projection_json))
+            return _projection(_parse_document(head.projection_json)), False
         sql.write(
             "insert_binding",
             run_id=request.run_id,
@@ -552,7 +563,7 @@ class RunRepository:
             }
         document, projection_json = self._append(sql, head, DELIVERY_BOUND, payload)
         self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
-        return _built(document)
+        return _built(document), True
 
     @coded(WRITE)
     def bind_delivery(
@@ -569,7 +580,8 @@ class RunRepository:
         request = check_delivery(
             run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
         )
-        return self._bind_checked(self._write_statements(), request)
+        projection, _ = self._bind_checked(self._write_statements(), request)
+        return projection
 
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
@@ -607,16 +619,24 @@ class RunRepository:
             raise InvalidInputError("delivery-binding-write-invalid")
         return requests
 
-    @coded(WRITE)
     def bind_deliveries(self, requests: list[BindDelivery]) -> RunProjection:
         """Bind several checked deliveries of one run (see `check_deliveries`)."""
+        projection, _ = self.bind_deliveries_once(requests)
+        return projection
+
+    @coded(WRITE)
+    def bind_deliveries_once(self, requests: list[BindDelivery]) -> tuple[RunProjection, bool]:
+        """`bind_deliveries`, and whether any of them appended an event (False: every
+        request replayed a receipt or found its binding already stored)."""
         sql = self._write_statements()
         projection: RunProjection | None = None
+        appended = False
         for request in requests:
-            projection = self._bind_checked(sql, request)
+            projection, appended_one = self._bind_checked(sql, request)
+            appended = appended or appended_one
         if projection is None:
             raise InvalidInputError("delivery-binding-empty")
-        return projection
+        return projection, appended
 
     # -- transitions -------------------------------------------------------------------
 
@@ -742,7 +762,10 @@ class RunRepository:
             )
         token = str(uuid.uuid4()) if lease_token is None else lease_token
         lease = OperationLease(
-            run_id=run_id, operation_id=operation_id, token=token, expires_at=now + ttl
+            run_id=run_id,
+            operation_id=operation_id,
+            token=token,
+            expires_at=_expiry(now, ttl),
         )
         sql.write(
             "insert_lease" if existing is None else "restart_lease",
@@ -759,7 +782,7 @@ class RunRepository:
         checked = coerce_lease(lease)
         sql = self._write_statements()
         self._assert_live(sql, checked)
-        expires_at = self._now() + ttl
+        expires_at = _expiry(self._now(), ttl)
         sql.write(
             "renew_lease",
             run_id=checked.run_id,
@@ -798,6 +821,9 @@ class RunRepository:
             serialized = js_stringify(outcome)
         except (JsonValueError, RecursionError):
             raise InvalidInputError("operation-outcome-invalid") from None
+        if has_lossy_number(outcome):
+            # JSON.stringify would write it as null: refused rather than lost
+            raise InvalidInputError("operation-outcome-invalid", "a number JSON cannot carry")
         self._finish_lease(checked, "committed", serialized)
         result: dict[str, Any] = json.loads(serialized)
         return result
@@ -860,9 +886,9 @@ class RunRepository:
         if row.outcome_json is not None:
             try:
                 outcome = json.loads(row.outcome_json)
-            except ValueError:
+            except (ValueError, RecursionError):
                 outcome = None
-            if not isinstance(outcome, dict):
+            if not isinstance(outcome, dict) or is_nested_too_deep(outcome):
                 raise JournalIntegrityError("operation-outcome-invalid")
         return OperationStatus(state=row.state, outcome=outcome, expires_at=row.lease_expires_at)
 
@@ -899,10 +925,18 @@ class RunRepository:
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
         for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(run_id):
+            payload = _event_payload(payload_json, run_id, sequence)
+            if is_nested_too_deep(payload):  # it could not be written out again
+                raise JournalIntegrityError(
+                    "event-integrity-hash-chain",
+                    "payload nested too deep",
+                    run_id=run_id,
+                    sequence=sequence,
+                )
             yield RunEvent.model_construct(
                 sequence=sequence,
                 type=type_,
-                payload=_event_payload(payload_json, run_id, sequence),
+                payload=payload,
                 prior_hash=prior_hash,
                 hash=event_hash,
             )
@@ -911,8 +945,9 @@ class RunRepository:
     def list_events(self, run_id: str) -> list[RunEvent]:
         return list(self.iter_events(run_id))
 
-    def _replay_chain(self, run_id: str) -> Document:
+    def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
         verifier = ChainVerifier()
+        waiting = {} if receipts is None else receipts.waiting
         try:
             feed = verifier.feed
             for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
@@ -920,6 +955,8 @@ class RunRepository:
             ):
                 payload = _event_payload(payload_json, run_id, sequence)
                 feed(sequence, type_, payload, event_hash, prior_hash)
+                if sequence in waiting:
+                    receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
             return verifier.result()
         except JournalIntegrityError as error:
             error.run_id = run_id
@@ -940,13 +977,17 @@ class RunRepository:
     @coded(READ)
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with everything stored about the run: the
-        projection (key order included), the run row's columns and the binding rows."""
+        projection (key order included), the run row's columns, the binding rows and the
+        operations rows (each journal receipt must be a projection the chain produced)."""
         require_run_id(run_id)
         sql = self._read_statements()
         row = sql.one("verify_columns", run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
-        rebuilt = self._replay_chain(run_id)
+        receipts = ReceiptVerifier(run_id)
+        for operation in sql.stream("operations_of_run", EVENT_BATCH, run_id=run_id):
+            receipts.add(operation)
+        rebuilt = self._replay_chain(run_id, receipts)
         columns = dict(zip((name for name, _ in MIRRORED_COLUMNS), row[1:], strict=True))
         difference = stored_difference(
             rebuilt, row[0], columns, sql.all("bindings_of_run", run_id=run_id)
@@ -961,6 +1002,9 @@ class RunRepository:
                 expected=difference.expected,
                 actual=difference.actual,
             )
+        problem = receipts.result(lambda: sql.all("operations_of_run", run_id=run_id))
+        if problem is not None:
+            raise receipt_error(run_id, problem)
         return _projection(rebuilt)
 
     @coded(READ)
@@ -1037,7 +1081,7 @@ _decode_json: Final = json.JSONDecoder().decode
 def _event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
     try:
         return _decode_json(payload_json)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         raise JournalIntegrityError(
             "event-integrity-hash-chain", "payload is not JSON", run_id=run_id, sequence=sequence
         ) from None

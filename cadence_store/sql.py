@@ -237,6 +237,12 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         delivery_bindings.c.record_hash,
     ).where(delivery_bindings.c.run_id == bindparam("run_id")),
     "run_ids": lambda _: select(runs.c.run_id).order_by(runs.c.run_id),
+    # receipts and leases of a run, checked against its chain by verify_integrity
+    "operations_of_run": lambda _: (
+        select(operations.c.operation_id, *_OPERATION_COLUMNS)
+        .where(operations.c.run_id == bindparam("run_id"))
+        .order_by(operations.c.operation_id)
+    ),
 }
 
 # A run's events in order (streamed in batches, see `Statements.stream`).

@@ -5,7 +5,9 @@
 existing cadence 1.x user's store is found where cadence 1.x left it. Directories are
 0700, the database and its `-wal`/`-shm` files 0600; a symlinked component or one of the
 wrong type is refused, and so is a state root inside the consumer root (before anything is
-created).
+created). Like ssh with a key file, every existing component from `abel-cadence` down, and
+the database files, must belong to the user running the store (`state-root-not-owned`):
+another owner could swap the store, and is never chmod'ed into looking private.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .errors import StateRootError
 
 PRODUCT_DIR = "abel-cadence"
 DATABASE_NAME = "control.sqlite3"
+NOT_OWNED = "state-root-not-owned"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ def _inspect_existing_components(absolute: str) -> None:
             info = os.lstat(current)
         except FileNotFoundError:
             return
+        except PermissionError as error:  # a parent another user keeps private
+            raise StateRootError(NOT_OWNED, f"{current}: {error.strerror}") from None
         if stat.S_ISLNK(info.st_mode):
             raise StateRootError("state-component-symlink")
         if not stat.S_ISDIR(info.st_mode) and str(current) != absolute:
@@ -126,32 +131,57 @@ def resolve_state_root(
     )
 
 
-def _ensure_directory(directory: str) -> None:
+def _require_owner(path: str, info: os.stat_result) -> None:
+    """Refuse a component another user owns (root included: it is not chmod'ed either)."""
+    if info.st_uid != os.geteuid():
+        raise StateRootError(
+            NOT_OWNED, f"{path} is owned by uid {info.st_uid}, not by uid {os.geteuid()}"
+        )
+
+
+def _denied(path: str, error: OSError) -> StateRootError:
+    # the component cannot even be looked at: it is someone else's
+    return StateRootError(NOT_OWNED, f"{path}: {error.strerror}")
+
+
+def _ensure_directory(directory: str, *, owned: bool = True) -> None:
+    """`directory` exists as a real directory (created 0700); `owned`: it must be ours."""
     try:
         info = os.lstat(directory)
     except FileNotFoundError:
         parent = os.path.dirname(directory)
         if parent != directory:
-            _ensure_directory(parent)
-        os.mkdir(directory, 0o700)
-        os.chmod(directory, 0o700)
+            _ensure_directory(parent, owned=False)
+        try:
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)
+        except PermissionError as error:
+            raise _denied(directory, error) from None
         return
+    except PermissionError as error:
+        raise _denied(directory, error) from None
     if stat.S_ISLNK(info.st_mode):
         raise StateRootError("state-component-symlink")
     if not stat.S_ISDIR(info.st_mode):
         raise StateRootError("state-component-type")
+    if owned:
+        _require_owner(directory, info)
 
 
 def check_regular_file(path: str) -> bool:
-    """True when `path` is a regular file, False when absent; refuses links and others."""
+    """True when `path` is a regular file of ours, False when absent; refuses links,
+    other types and another user's file."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return False
+    except PermissionError as error:
+        raise _denied(path, error) from None
     if stat.S_ISLNK(info.st_mode):
         raise StateRootError("state-component-symlink")
     if not stat.S_ISREG(info.st_mode):
         raise StateRootError("state-component-type")
+    _require_owner(path, info)
     return True
 
 
@@ -164,7 +194,7 @@ def prepare_state_root(root: StateRoot) -> StateRoot:
     )
     if checked.consumer_root_hash != root.consumer_root_hash or checked.root_dir != root.root_dir:
         raise StateRootError("invalid-state-base")
-    _ensure_directory(root.state_base)
+    _ensure_directory(root.state_base, owned=False)  # e.g. ~/.local/state: not ours to judge
     for directory in (
         root.product_root,
         root.roots_dir,
@@ -197,4 +227,6 @@ def create_database_file(database_path: str) -> None:
     except FileExistsError:
         check_regular_file(database_path)
         return
+    except PermissionError as error:
+        raise _denied(database_path, error) from None
     os.close(descriptor)

@@ -378,21 +378,20 @@ class RunStore:
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """`bind_delivery`, and `write(session)` in the same transaction."""
-        check_delivery(run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease)
+        """`bind_delivery`, and `write(session)` in the same transaction.
+
+        `write` runs only when the call appends the event: a replayed operation id, or a
+        binding already stored with this receipt, returns the projection without it.
+        """
+        request = check_delivery(
+            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+        )
         require_callable(write, "delivery-binding-write-invalid")
 
         def work(runs: RunRepository) -> RunProjection:
-            projection = runs.bind_delivery(
-                run_id,
-                gate,
-                revision,
-                receipt_hash,
-                operation_id=operation_id,
-                approval_proof=approval_proof,
-                lease=lease,
-            )
-            write(runs.session)
+            projection, appended = runs.bind_deliveries_once([request])
+            if appended:
+                write(runs.session)
             return projection
 
         return self._write(work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work))
@@ -400,7 +399,11 @@ class RunStore:
     def bind_deliveries_atomically(
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: Write
     ) -> RunProjection:
-        """Several bindings of one run (one lease), and `write(session)`, in one transaction."""
+        """Several bindings of one run (one lease), and `write(session)`, in one transaction.
+
+        `write` runs once when at least one input appends an event, not at all when every
+        input replays.
+        """
         items = (
             list(inputs)
             if isinstance(inputs, Iterable) and not isinstance(inputs, str | bytes | Mapping)
@@ -410,8 +413,9 @@ class RunStore:
         def work(runs: RunRepository) -> RunProjection:
             requests = runs.check_deliveries(items)
             require_callable(write, "delivery-binding-write-invalid")
-            projection = runs.bind_deliveries(requests)
-            write(runs.session)
+            projection, appended = runs.bind_deliveries_once(requests)
+            if appended:
+                write(runs.session)
             return projection
 
         def rerun(runs: RunRepository) -> RunProjection:

@@ -42,6 +42,9 @@ from .errors import (
 from .failures import READ, WRITE, database_errors
 from .journal import ChainVerifier, hash_event
 from .journal.canonical import JsonValueError
+from .journal.receipts import OPERATION_COLUMNS as OPERATION_CHECK_COLUMNS
+from .journal.receipts import ReceiptVerifier
+from .journal.validation import is_storable
 from .journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from .journal.verification import stored_difference
 from .models import delivery_bindings, events, operations, runs
@@ -57,6 +60,20 @@ RECORD_KEYS: Final = ("run", "events", "operations", "deliveryBindings")
 INVALID_RECORD: Final = "export-record-invalid"
 RUN_ID_CONFLICT: Final = "run-id-conflict"
 RUN_LOOKUP_CONFLICT: Final = "run-lookup-conflict"
+# A hostile file (not a damaged store): the whole command is refused (exit 2) instead of
+# reporting the record as broken.
+TOO_DEEP: Final = "export-record-too-deep"
+OUT_OF_RANGE: Final = "export-record-out-of-range"
+NOT_UTF8: Final = "export-file-not-utf8"
+HOSTILE_CODES: Final = frozenset({TOO_DEEP, OUT_OF_RANGE, NOT_UTF8})
+INT64: Final = range(-(2**63), 2**63)
+# stored JSON texts inside a record, checked for nesting before anything decodes them
+_JSON_TEXTS: Final = {
+    "run": "projection_json",
+    "events": "payload_json",
+    "operations": "outcome_json",
+}
+_DEEP_HINT: Final = 256  # fewer brackets than this cannot nest too deep
 _SPOOL_BYTES: Final = 8 * 1024 * 1024
 
 _TABLES: Final[dict[str, Table]] = {
@@ -107,6 +124,7 @@ class RunCheck:
     expected: Any = None
     stored: Any = None
     message: str | None = None
+    operation_id: str | None = None  # the operations row that does not verify
 
     @property
     def description(self) -> str:
@@ -137,6 +155,7 @@ class RunCheck:
             sequence=self.sequence,
             expected=self.expected,
             actual=self.stored,
+            operation_id=self.operation_id,
         )
 
 
@@ -287,6 +306,23 @@ def _invalid(line: int | None, message: str) -> InvalidInputError:
     return InvalidInputError(INVALID_RECORD, where + message)
 
 
+def _hostile(code: str, line: int | None, message: str) -> InvalidInputError:
+    where = f"line {line}: " if line is not None else ""
+    return InvalidInputError(code, where + message)
+
+
+def _check_nesting(text: object, line: int | None, where: str) -> None:
+    """Refuse a JSON text nested too deep to decode (the decoder would overflow the stack)."""
+    if not isinstance(text, str) or text.count("[") + text.count("{") < _DEEP_HINT:
+        return
+    try:
+        json.loads(text)
+    except RecursionError:
+        raise _hostile(TOO_DEEP, line, f"{where} is JSON nested too deep") from None
+    except ValueError:
+        pass  # not JSON at all: check_record reports it as a broken record
+
+
 def _check_row(value: object, table: Table, where: str, line: int | None) -> Row:
     if not isinstance(value, dict):
         raise _invalid(line, f"{where} is not an object")
@@ -304,8 +340,12 @@ def _check_row(value: object, table: Table, where: str, line: int | None) -> Row
         if isinstance(column.type, Integer):
             if isinstance(item, bool) or not isinstance(item, int):
                 raise _invalid(line, f"{where}.{column.name} is not an integer")
+            if item not in INT64:
+                raise _hostile(OUT_OF_RANGE, line, f"{where}.{column.name} is not a 64-bit integer")
         elif not isinstance(item, str):
             raise _invalid(line, f"{where}.{column.name} is not a string")
+        elif not is_storable(item):
+            raise _invalid(line, f"{where}.{column.name} holds a NUL or a lone surrogate")
     return {name: value[name] for name in columns}
 
 
@@ -315,6 +355,8 @@ def parse_record(text: str, line: int | None = None) -> Record:
         value = json.loads(text)
     except ValueError as error:
         raise _invalid(line, f"not JSON ({error})") from None
+    except RecursionError:
+        raise _hostile(TOO_DEEP, line, "JSON nested too deep") from None
     if not isinstance(value, dict) or set(value) != set(RECORD_KEYS):
         raise _invalid(line, f"expected an object with keys {list(RECORD_KEYS)}")
     run = _check_row(value["run"], runs, "run", line)
@@ -338,6 +380,10 @@ def parse_record(text: str, line: int | None = None) -> Record:
     hashes = [row["event_hash"] for row in record["events"]]
     if len(set(hashes)) != len(hashes):
         raise _invalid(line, "events repeat an event_hash")
+    _check_nesting(run["projection_json"], line, "run.projection_json")
+    for key in ("events", "operations"):
+        for row in record[key]:
+            _check_nesting(row[_JSON_TEXTS[key]], line, f"{key}.{_JSON_TEXTS[key]}")
     return record
 
 
@@ -348,12 +394,17 @@ def _failure(record: Record, line: int | None, code: str, **fields: Any) -> RunC
 def check_record(record: Record, line: int | None = None) -> RunCheck:
     """Verify one run offline: the chain links and hashes, its reduction, the projection.
 
-    The same rule as `RunRepository.verify_integrity` (`journal.verification`): the events
-    reduce, and the stored projection, run columns and binding rows mirror the replay.
-    Returns the first thing that differs.
+    The same rule as `RunRepository.verify_integrity` (`journal.verification`,
+    `journal.receipts`): the events reduce, the stored projection, run columns and binding
+    rows mirror the replay, and every operations row is a receipt the chain produced or a
+    consistent lease row. Returns the first thing that differs.
     """
     run = record["run"]
     verifier = ChainVerifier()
+    receipts = ReceiptVerifier(run["run_id"])
+    operation_rows = [[row[c] for c in OPERATION_CHECK_COLUMNS] for row in record["operations"]]
+    for operation in operation_rows:
+        receipts.add(operation)
     chain = "event-integrity-hash-chain"
     for row in sorted(record["events"], key=lambda row: row["sequence"]):
         sequence = verifier.count + 1
@@ -370,7 +421,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
             )
         try:
             payload = json.loads(row["payload_json"])
-        except ValueError:
+        except (ValueError, RecursionError):
             return _failure(record, line, chain, sequence=sequence, message="payload is not JSON")
         if row["prior_hash"] != verifier.prior_hash:
             return _failure(
@@ -402,6 +453,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
             return _failure(
                 record, line, error.code, sequence=sequence, message=f"{row['type']} event"
             )
+        receipts.observe(sequence, verifier.projection)
     if verifier.projection is None:
         return _failure(record, line, "event-integrity-empty", sequence=1, message="no events")
     rebuilt = verifier.projection
@@ -421,11 +473,33 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
             expected=difference.expected,
             stored=difference.actual,
         )
+    problem = receipts.result(lambda: operation_rows)
+    if problem is not None:
+        return _failure(
+            record,
+            line,
+            problem.code,
+            sequence=problem.sequence,
+            field=problem.where,
+            expected=problem.expected,
+            stored=problem.actual,
+            message=f"operation {problem.operation_id}",
+            operation_id=problem.operation_id,
+        )
     return RunCheck(run_id=run["run_id"], ok=True, line=line)
 
 
 def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    for number, text in enumerate(lines, start=1):
+    iterator = iter(lines)
+    number = 0
+    while True:
+        number += 1
+        try:
+            text = next(iterator)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as error:  # a file opened as UTF-8 that is not
+            raise _hostile(NOT_UTF8, number, f"not UTF-8 ({error.reason})") from None
         if text.strip():
             yield number, text
 
@@ -437,6 +511,8 @@ def iter_verify_export(lines: Iterable[str]) -> Iterator[RunCheck]:
         try:
             record = parse_record(text, number)
         except InvalidInputError as error:
+            if error.code in HOSTILE_CODES:
+                raise
             yield RunCheck(
                 run_id=_guess_run_id(text),
                 ok=False,
@@ -465,7 +541,7 @@ def _guess_run_id(text: str) -> str | None:
     try:
         value = json.loads(text)
         run_id = value["run"]["run_id"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None
     return run_id if isinstance(run_id, str) else None
 

@@ -17,7 +17,15 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any, Final
 
-__all__ = ["JsonValueError", "canonical_json", "compare_canonical_strings", "js_stringify"]
+__all__ = [
+    "JsonValueError",
+    "canonical_json",
+    "compare_canonical_strings",
+    "has_lossy_number",
+    "is_nested_too_deep",
+    "js_stringify",
+    "js_stringify_likely",
+]
 
 
 class JsonValueError(ValueError):
@@ -301,3 +309,53 @@ def compare_canonical_strings(left: str, right: str) -> int:
         right_units = right.encode("utf-16-be", "surrogatepass")
         return (left_units > right_units) - (left_units < right_units)
     return (left > right) - (left < right)
+
+
+def has_lossy_number(value: object) -> bool:
+    """Whether `value` holds a number that JSON.stringify writes as `null` (NaN, an
+    infinity, or an integer beyond the largest double), which a reader cannot get back.
+
+    Walks with an explicit stack: the value may be nested deeper than the interpreter's.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not -_MAX_SAFE <= item <= _MAX_SAFE:
+                try:
+                    float(item)
+                except OverflowError:
+                    return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
+def js_stringify_likely(value: object) -> str:
+    """The C encoder's output without `js_stringify`'s checks: equal to it for the plain
+    values the journal builds, but not always (lone surrogates, array-index keys, unsafe
+    numbers). Only for a quick comparison whose miss is confirmed with `js_stringify`."""
+    return _fast_unsorted(value)
+
+
+def is_nested_too_deep(value: object, limit: int = _MAX_DEPTH) -> bool:
+    """Whether `value` nests arrays / objects deeper than `js_stringify` writes (a stored
+    value the library never wrote). Walks with an explicit stack."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .canonical import js_stringify
+from .canonical import is_nested_too_deep, js_stringify
 
 Document = dict[str, Any]
 
@@ -94,9 +94,9 @@ def stored_difference(
     sequence: int = rebuilt["sequence"]
     try:
         stored = json.loads(projection_json) if projection_json is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         stored = None
-    if not isinstance(stored, dict):
+    if not isinstance(stored, dict) or is_nested_too_deep(stored):
         return Difference("projection", "a projection object", projection_json, sequence)
     found = first_difference(rebuilt, stored)
     if found is not None:

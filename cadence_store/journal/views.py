@@ -142,7 +142,7 @@ def stored_projection(text: object, run_id: str) -> RunProjection:
         document = json.loads(text) if isinstance(text, str) else None
         if isinstance(document, dict) and isinstance(document.get("runId"), str):
             return RunProjection.from_document(document)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a hostile row nested too deep
         pass
     raise JournalIntegrityError("run-projection-invalid", run_id=run_id)
 
@@ -153,7 +153,7 @@ def stored_outcome(text: object, run_id: str) -> dict[str, Any] | None:
         return None
     try:
         outcome = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         outcome = None
     if not isinstance(outcome, dict):
         raise JournalIntegrityError("operation-outcome-invalid", run_id=run_id)

@@ -116,6 +116,12 @@ def test_copy_refuses_a_different_run_under_the_same_id(
             connection.execute(
                 events.delete().where(events.c.run_id == RUN, events.c.sequence == 5)
             )
+            # with the receipt of that event (a receipt must name a sequence on the chain)
+            connection.execute(
+                operations.delete().where(
+                    operations.c.run_id == RUN, operations.c.operation_id == "design-alpha-t3"
+                )
+            )
             connection.execute(
                 update(runs)
                 .where(runs.c.run_id == RUN)

@@ -78,6 +78,7 @@ CALLS: dict[str, Call] = {
     "bind_delivery_atomically": lambda t: ((), {**_bind(t), "write": _no_write}),
     "bind_deliveries_atomically": lambda t: (([_bind(t)],), {"write": _no_write}),
     "bind_deliveries": lambda t: (([BindDelivery(**_bind(t))],), {}),
+    "bind_deliveries_once": lambda t: (([BindDelivery(**_bind(t))],), {}),
     "check_deliveries": lambda t: (([_bind(t)],), {}),
     "transition": lambda t: ((t.run_id, "paused"), {"operation_id": "walk-t", "code": "c"}),
     "transition_once": lambda t: ((t.run_id, "paused"), {"operation_id": "walk-t", "code": "c"}),

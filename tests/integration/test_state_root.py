@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from integration.conftest_migrations import (
     VERSION_TABLE,
     copy_fixture,
@@ -21,6 +24,7 @@ from integration.conftest_migrations import (
 )
 
 from cadence_store import RunStore, StateRootError
+from cadence_store.cli import main
 from cadence_store.schema import head_revision
 from cadence_store.state_root import StateRoot, prepare_state_root, resolve_state_root
 
@@ -329,3 +333,122 @@ def test_open_refuses_a_directory_as_database(consumer: Path, tmp_path: Path) ->
     with pytest.raises(StateRootError) as caught:
         RunStore.open(root)
     assert caught.value.code == "state-component-type"
+
+
+# ---------------------------------------------------------------------------------------------
+# ownership (issue 11): a component or file owned by another user is refused, untouched
+# ---------------------------------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root"
+)
+NOBODY = 65534
+
+
+def _owned_root(consumer: Path, tmp_path: Path) -> StateRoot:
+    root = resolve_state_root(consumer, xdg_state_home=str(tmp_path / "xdg"), home_dir="/")
+    RunStore.open(root, clock=lambda: 1_000).close()
+    return root
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "component",
+    ["product_root", "roots_dir", "root_dir", "transactions_dir", "database_path"],
+)
+def test_a_component_owned_by_another_user_is_refused_and_left_alone(
+    consumer: Path, tmp_path: Path, component: str
+) -> None:
+    root = _owned_root(consumer, tmp_path)
+    path = getattr(root, component)
+    os.chown(path, NOBODY, -1)
+    os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
+    with open(root.database_path, "rb") as handle:
+        before = handle.read()
+    with pytest.raises(StateRootError) as raised:
+        RunStore.open(root, clock=lambda: 2_000)
+    assert raised.value.code == "state-root-not-owned"
+    assert str(NOBODY) in str(raised.value) and path in str(raised.value)
+    assert os.lstat(path).st_uid == NOBODY
+    assert _mode(path) == (0o755 if os.path.isdir(path) else 0o644)  # not chmod'ed
+    with open(root.database_path, "rb") as handle:
+        assert handle.read() == before
+    with pytest.raises(StateRootError):
+        prepare_state_root(root)
+
+
+@needs_root
+def test_a_wal_file_owned_by_another_user_is_refused(consumer: Path, tmp_path: Path) -> None:
+    root = _owned_root(consumer, tmp_path)
+    wal = f"{root.database_path}-wal"
+    Path(wal).touch()
+    os.chown(wal, NOBODY, -1)
+    with pytest.raises(StateRootError) as raised:
+        RunStore.open(root)
+    assert raised.value.code == "state-root-not-owned"
+
+
+def _as_nobody(work: Callable[[], str]) -> str:
+    """`work()` in a forked child running as nobody (the interpreter under /root is not
+    executable by nobody, so no new process is started: modules are imported already)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            result = work()
+        except BaseException as error:
+            result = f"raised {type(error).__name__}: {error}"
+        os.write(write, result.encode("utf-8", "backslashreplace"))
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+
+@needs_root
+def test_running_as_another_user_than_the_owner_is_a_coded_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a directory every user can reach (pytest's tmp_path is root-only)
+    tmp = Path(tempfile.mkdtemp(prefix="cadence-owner-"))
+    try:
+        os.chmod(tmp, 0o755)
+        for name in ("home", "state", "consumer"):
+            (tmp / name).mkdir()
+            os.chown(tmp / name, NOBODY, -1)
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp / "state"))
+        monkeypatch.setenv("HOME", str(tmp / "home"))
+        monkeypatch.delenv("CADENCE_STORE_URL", raising=False)
+        monkeypatch.chdir(tmp / "consumer")
+        # root made the store first: its abel-cadence belongs to root
+        root = resolve_state_root(tmp / "consumer")
+        assert CliRunner().invoke(main, ["info"]).exit_code == 0
+        assert os.lstat(root.product_root).st_uid == 0
+
+        def open_store() -> str:
+            try:
+                RunStore.open(resolve_state_root(os.getcwd())).close()
+            except StateRootError as error:
+                return error.code
+            return "opened"
+
+        def command() -> str:
+            result = CliRunner().invoke(main, ["info"])
+            return f"{result.exit_code}\n{result.stderr}"
+
+        assert _as_nobody(open_store) == "state-root-not-owned"
+        exit_code, stderr = _as_nobody(command).split("\n", 1)
+        assert exit_code == "3", stderr
+        assert stderr.startswith("error: state-root-not-owned\n"), stderr
+        assert "Traceback" not in stderr
+        assert os.lstat(root.product_root).st_uid == 0
+    finally:
+        shutil.rmtree(tmp)

@@ -542,3 +542,84 @@ def test_repository_reports_a_held_store_as_busy(store, store_url, clock, db, re
     assert isinstance(info.value, StoreBusyError), repr(info.value)
     assert info.value.code == "run-store-busy"
     assert store.status(run.run_id).sequence == 1
+
+
+# ---------------------------------------------------------------------------------------
+# replays never run `write` again (issue 11: nothing twice)
+# ---------------------------------------------------------------------------------------
+
+
+def _counting_write(calls: list[int]):
+    def write(session):
+        calls.append(1)
+        session.execute(host_outbox.insert().values(id=len(calls), message="sent"))
+
+    return write
+
+
+def test_a_replayed_transition_atomically_writes_the_host_row_once(store, host_tables):
+    run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
+    calls: list[int] = []
+    results = [
+        store.transition_atomically(
+            run.run_id, "paused", operation_id="t1", write=_counting_write(calls)
+        )
+        for _ in range(3)
+    ]
+    assert calls == [1]
+    assert host_tables(host_outbox) == 1
+    assert {r.to_json() for r in results} == {results[0].to_json()}
+
+
+def test_a_replayed_bind_delivery_atomically_writes_the_host_row_once(store, host_tables):
+    run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
+    calls: list[int] = []
+    results = [
+        store.bind_delivery_atomically(
+            run.run_id, "gate-a", 1, A, operation_id="b1", write=_counting_write(calls)
+        )
+        for _ in range(3)
+    ]
+    assert calls == [1]
+    assert host_tables(host_outbox) == 1
+    assert {r.to_json() for r in results} == {results[0].to_json()}
+    assert len(store.list_events(run.run_id)) == 2
+
+
+def test_a_bind_of_an_already_stored_receipt_does_not_run_write(store, host_tables):
+    """A new operation id for a binding stored with the same receipt appends nothing."""
+    run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
+    calls: list[int] = []
+    write = _counting_write(calls)
+    store.bind_delivery_atomically(run.run_id, "gate-a", 1, A, operation_id="b1", write=write)
+    again = store.bind_delivery_atomically(
+        run.run_id, "gate-a", 1, A, operation_id="b2", write=write
+    )
+    assert calls == [1]
+    assert again.sequence == 2
+    assert store.inspect_operation(run.run_id, "b2").state == "committed"
+
+
+def test_a_replayed_bind_deliveries_atomically_writes_the_host_row_once(store, host_tables):
+    run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
+    calls: list[int] = []
+    write = _counting_write(calls)
+    first = {"run_id": run.run_id, "gate": "gate-a", "revision": 1, "receipt_hash": A}
+    second = {"run_id": run.run_id, "gate": "gate-b", "revision": 1, "receipt_hash": B}
+    batch = [{**first, "operation_id": "b1"}, {**second, "operation_id": "b2"}]
+    results = [store.bind_deliveries_atomically(batch, write=write) for _ in range(3)]
+    assert calls == [1]
+    assert {r.to_json() for r in results} == {results[0].to_json()}
+
+    # some inputs replay, one is new: the write runs once for the call
+    third = {"run_id": run.run_id, "gate": "gate-a", "revision": 2, "receipt_hash": C}
+    mixed = store.bind_deliveries_atomically([*batch, {**third, "operation_id": "b3"}], write=write)
+    assert calls == [1, 1]
+    assert mixed.sequence == 4
+    # every input replays (or finds its binding stored): no write
+    store.bind_deliveries_atomically(
+        [{**third, "operation_id": "b3"}, {**third, "operation_id": "b4"}], write=write
+    )
+    assert calls == [1, 1]
+    assert host_tables(host_outbox) == 2
+    assert len(store.list_events(run.run_id)) == 4

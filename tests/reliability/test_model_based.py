@@ -19,7 +19,9 @@ After every step:
 - the four owned tables hold exactly the model's rows (so a failed call wrote nothing);
 - every run's chain verifies, and ``verify_integrity`` == ``rebuild_projection`` ==
   ``status``;
-- no event that was ever seen changed: (run, sequence) -> hash is append-only.
+- no event that was ever seen changed: (run, sequence) -> hash is append-only;
+- every ``*_atomically`` call's host write (a row in a host table) happened exactly once
+  per call that appended an event, never for a replayed operation id (issue 11).
 
 Run ids and lease tokens are random: the model learns each one from the store when it
 predicts that a new run / lease is made (and checks that it is new).
@@ -45,7 +47,8 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import Engine, create_engine, delete, select
+from sqlalchemy import Column, Engine, Integer, MetaData, Table, Text, create_engine, delete, select
+from sqlalchemy.orm import Session
 from support import FakeClock
 
 import cadence_store
@@ -576,10 +579,28 @@ def read_tables(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
     return tables
 
 
+# A host application's table, written by every `write=` of the *_atomically calls.
+host_metadata = MetaData()
+host_writes = Table(
+    "model_host_writes",
+    host_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("call", Text, nullable=False),
+)
+
+
 def clear_tables(engine: Engine) -> None:
+    host_metadata.create_all(engine)
     with engine.begin() as connection:
-        for table in (operations, delivery_bindings, events, runs):
+        for table in (operations, delivery_bindings, events, runs, host_writes):
             connection.execute(delete(table))
+
+
+def host_write(label: str) -> Callable[[Session], None]:
+    def write(session: Session) -> None:
+        session.execute(host_writes.insert().values(call=label))
+
+    return write
 
 
 # -- the state machine ------------------------------------------------------------------------
@@ -652,6 +673,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.outcomes: dict[tuple[str, str], int] = {}
         self.history: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self.advances = 0
+        self.host_calls = 0  # numbers the *_atomically calls (the host rows' labels)
+        self.expected_host_writes: list[str] = []
 
     def teardown(self) -> None:
         self.store.close()
@@ -732,6 +755,18 @@ class StoreMachine(RuleBasedStateMachine):
             if row.token == NEW:
                 row.token = token
 
+    def _event_count(self) -> int:
+        return sum(len(run.events) for run in self.model.runs.values())
+
+    def _atomic_label(self, name: str) -> str:
+        self.host_calls += 1
+        return f"{self.host_calls}:{name}"
+
+    def _expect_host_write(self, label: str, before: int, want: Outcome) -> None:
+        """The model appended an event: the call's write must have run once (else never)."""
+        if want[0] == "ok" and self._event_count() > before:
+            self.expected_host_writes.append(label)
+
     def _remember(self, call: Callable[..., None], *args: Any) -> None:
         self.history.append((call, args))
 
@@ -793,6 +828,7 @@ class StoreMachine(RuleBasedStateMachine):
         )
         other_gate = "gate-b" if gate == "gate-a" else "gate-a"
         other_receipt = RECEIPTS[1] if receipt == RECEIPTS[0] else RECEIPTS[0]
+        label = self._atomic_label(f"bind-{how}-{op}")
 
         def call() -> Any:
             if how == "plain":
@@ -814,7 +850,7 @@ class StoreMachine(RuleBasedStateMachine):
                     operation_id=op,
                     approval_proof=proof_arg,
                     lease=presented,
-                    write=lambda session: None,
+                    write=host_write(label),
                 )
             # a batch: this binding, then the next revision of the other gate
             items = [
@@ -836,7 +872,7 @@ class StoreMachine(RuleBasedStateMachine):
                     "lease": None if presented is None else presented.to_dict(),
                 },
             ]
-            return self.store.bind_deliveries_atomically(items, write=lambda session: None)
+            return self.store.bind_deliveries_atomically(items, write=host_write(label))
 
         got = self._store(call)
         lease_json, now = self._lease_json(handle), self.clock.now
@@ -858,7 +894,10 @@ class StoreMachine(RuleBasedStateMachine):
                 )
             return result
 
+        before = self._event_count()
         want = self._model(model_call)
+        if how != "plain":
+            self._expect_host_write(label, before, want)
         self._compare(f"bind_delivery-{how}", got, want, "projection")
 
     def _transition(
@@ -871,6 +910,7 @@ class StoreMachine(RuleBasedStateMachine):
         atomically: bool,
     ) -> None:
         presented = handle.presented() if handle else None
+        label = self._atomic_label(f"transition-{op}")
         if atomically:
             got = self._store(
                 lambda: self.store.transition_atomically(
@@ -879,7 +919,7 @@ class StoreMachine(RuleBasedStateMachine):
                     operation_id=op,
                     code=code,
                     lease=presented,
-                    write=lambda session: None,
+                    write=host_write(label),
                 )
             )
         else:
@@ -889,7 +929,10 @@ class StoreMachine(RuleBasedStateMachine):
                 )
             )
         lease_json, now = self._lease_json(handle), self.clock.now
+        before = self._event_count()
         want = self._model(lambda: self.model.transition(run_id, to, op, code, lease_json, now))
+        if atomically:
+            self._expect_host_write(label, before, want)
         self._compare("transition", got, want, "projection")
 
     def _acquire_lease(
@@ -1147,6 +1190,17 @@ class StoreMachine(RuleBasedStateMachine):
         for key, digest in self.seen_events.items():
             assert current.get(key) == digest, f"event {key} changed or vanished"
         self.seen_events.update(current)
+
+    @invariant()
+    def host_writes_happen_once_per_applied_operation(self) -> None:
+        assert self.reader is not None
+        with self.reader.connect() as connection:
+            written = [row[0] for row in connection.execute(select(host_writes.c.call))]
+            connection.rollback()
+        assert sorted(written) == sorted(self.expected_host_writes), (
+            "host writes differ from the calls that appended: "
+            f"{sorted(set(written) ^ set(self.expected_host_writes))}"
+        )
 
     @invariant()
     def every_chain_verifies(self) -> None:

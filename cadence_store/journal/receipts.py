@@ -1,0 +1,315 @@
+"""What an `operations` row may hold, checked against the replayed chain. Pure: no I/O.
+
+A journal receipt (kinds `start`, `change-bound`, `delivery-bound`,
+`state-transitioned`) records the projection its call returned, as `JSON.stringify` of
+it, and a replay of its operation id returns that projection again. So it must be a
+projection the chain really produced: byte for byte the replay at the sequence it names
+(whose event hash it carries). `ReceiptVerifier` checks that during the one streaming pass
+over the chain, at a small cost: each receipt is kept only as a 16-byte digest under the
+sequence it names, and the pass serialises the projection only at those sequences.
+
+A lease row (kind `lease`) must have a known state and consistent columns: a token and
+an expiry exactly when `running`, a JSON object outcome exactly when `committed`.
+
+Codes (all `JournalIntegrityError`): `operation-receipt-mismatch` (a receipt the chain
+did not produce), `operation-kind-invalid`, `operation-state-invalid`,
+`operation-outcome-invalid`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import JournalIntegrityError
+from .canonical import JsonValueError, is_nested_too_deep, js_stringify, js_stringify_likely
+from .validation import is_safe_integer
+
+Document = dict[str, Any]
+Rows = Iterable[Sequence[Any]]
+
+JOURNAL_RECEIPT_KINDS: Final = frozenset(
+    {"start", "change-bound", "delivery-bound", "state-transitioned"}
+)
+LEASE_KIND: Final = "lease"
+OPERATION_STATES: Final = ("running", "committed", "interrupted")
+# the columns of an operations row a check needs, in this order
+OPERATION_COLUMNS: Final = (
+    "operation_id",
+    "kind",
+    "state",
+    "outcome_json",
+    "lease_token",
+    "lease_expires_at",
+)
+
+RECEIPT_MISMATCH: Final = "operation-receipt-mismatch"
+KIND_INVALID: Final = "operation-kind-invalid"
+STATE_INVALID: Final = "operation-state-invalid"
+OUTCOME_INVALID: Final = "operation-outcome-invalid"
+
+# The first "sequence" key of a stringified projection: keys before it (runId, rootHash,
+# stage, change / provisionalKey, state) cannot hold it, and inside a string value its
+# quotes would be escaped. A forged text that fools this still fails the digest.
+_SEQUENCE: Final = re.compile(r'"sequence":(\d{1,16})[,}]')
+
+
+_sha256: Final = hashlib.sha256
+
+
+def _digest(text: str) -> bytes:
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: still compared, byte for byte
+        data = text.encode("utf-8", "surrogatepass")
+    return _sha256(data).digest()
+
+
+@dataclass(frozen=True)
+class ReceiptProblem:
+    """The first operations row that does not verify."""
+
+    operation_id: str
+    code: str
+    field: str
+    expected: Any
+    actual: Any
+    sequence: int | None = None
+
+    @property
+    def where(self) -> str:
+        return f"operations({self.operation_id}).{self.field}"
+
+
+def _object(text: object) -> Document | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _lease_problem(
+    operation_id: str, state: object, outcome_json: object, token: object, expires_at: object
+) -> ReceiptProblem | None:
+    if state not in OPERATION_STATES:
+        return ReceiptProblem(operation_id, STATE_INVALID, "state", OPERATION_STATES, state)
+    if state == "running":
+        if not isinstance(token, str) or token == "":
+            return ReceiptProblem(operation_id, STATE_INVALID, "lease_token", "a token", token)
+        if not isinstance(expires_at, int) or not is_safe_integer(expires_at) or expires_at < 0:
+            return ReceiptProblem(
+                operation_id, STATE_INVALID, "lease_expires_at", "a millisecond time", expires_at
+            )
+    elif token is not None or expires_at is not None:
+        field, value = (
+            ("lease_token", token) if token is not None else ("lease_expires_at", expires_at)
+        )
+        return ReceiptProblem(operation_id, STATE_INVALID, field, None, value)
+    if state == "committed":
+        outcome = _object(outcome_json)
+        if outcome is None or is_nested_too_deep(outcome):
+            return ReceiptProblem(
+                operation_id, OUTCOME_INVALID, "outcome_json", "a JSON object", outcome_json
+            )
+    elif outcome_json is not None:
+        return ReceiptProblem(operation_id, STATE_INVALID, "outcome_json", None, outcome_json)
+    return None
+
+
+def _receipt_shape(
+    operation_id: str, kind: object, state: object, token: object, expires_at: object
+) -> ReceiptProblem | None:
+    if kind not in JOURNAL_RECEIPT_KINDS:
+        kinds = sorted({*JOURNAL_RECEIPT_KINDS, LEASE_KIND})
+        return ReceiptProblem(operation_id, KIND_INVALID, "kind", kinds, kind)
+    # a journal receipt is written committed, without a lease, in one statement
+    for field, value, wanted in (
+        ("state", state, "committed"),
+        ("lease_token", token, None),
+        ("lease_expires_at", expires_at, None),
+    ):
+        if value != wanted:
+            return ReceiptProblem(operation_id, STATE_INVALID, field, wanted, value)
+    return None
+
+
+def _claimed_sequence(outcome_json: object) -> int | None:
+    match = _SEQUENCE.search(outcome_json) if isinstance(outcome_json, str) else None
+    return None if match is None else int(match.group(1))
+
+
+class ReceiptVerifier:
+    """Checks one run's operations rows during the replay of its chain.
+
+    `add(row)` for every row (`OPERATION_COLUMNS` order; they may be streamed), then
+    `observe(sequence, projection)` after each event of the pass, then `result(rows)`.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.problem: ReceiptProblem | None = None
+        # sequence -> digest(s) of the receipts naming it; the pass looks each one up
+        self.waiting: dict[int, bytes | tuple[bytes, ...]] = {}
+        self._mismatch: tuple[int, Document | None] | None = None
+
+    def add(self, row: Sequence[Any]) -> None:
+        if self.problem is not None:
+            return
+        operation_id, kind, state, outcome_json, token, expires_at = row
+        if (
+            state == "committed"
+            and token is None
+            and expires_at is None
+            and kind in JOURNAL_RECEIPT_KINDS
+            and isinstance(outcome_json, str)
+        ):
+            # the usual receipt: keep its digest under the sequence it names
+            match = _SEQUENCE.search(outcome_json)
+            if match is not None:
+                sequence = int(match.group(1))
+                digest = _digest(outcome_json)
+                known = self.waiting.setdefault(sequence, digest)
+                if known is not digest:
+                    self.waiting[sequence] = (
+                        (known, digest) if isinstance(known, bytes) else (*known, digest)
+                    )
+                return
+        if kind == LEASE_KIND:
+            self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
+            return
+        self.problem = _receipt_shape(operation_id, kind, state, token, expires_at)
+        if self.problem is not None:
+            return
+        # a committed receipt whose outcome names no sequence: not a projection
+        self.problem = ReceiptProblem(
+            operation_id,
+            RECEIPT_MISMATCH,
+            "outcome_json",
+            f"a projection of run {self.run_id}",
+            outcome_json,
+        )
+
+    def observe(self, sequence: int, projection: Mapping[str, Any] | None) -> None:
+        """The projection the chain produced at `sequence` (call it for each event, or
+        only when `sequence in waiting`)."""
+        known = self.waiting.pop(sequence, None)
+        if known is None or self._mismatch is not None:
+            return
+        produced = _digest(js_stringify_likely(projection))
+        if known == produced:  # the usual case: one genuine receipt
+            return
+        digests = (known,) if isinstance(known, bytes) else known
+        if all(digest == produced for digest in digests):
+            return
+        try:
+            exact = _digest(js_stringify(projection))
+        except JsonValueError:
+            exact = b""
+        if any(digest != exact for digest in digests):
+            self._mismatch = (sequence, None if projection is None else dict(projection))
+
+    def result(self, rows: Callable[[], Rows]) -> ReceiptProblem | None:
+        """The first row that does not verify, after the whole chain was observed.
+
+        `rows()` reads the operations rows again, only to name the receipt at fault.
+        """
+        if self.problem is not None:
+            return self.problem
+        if self._mismatch is not None:
+            sequence, projection = self._mismatch
+            return _explain(rows(), sequence, projection)
+        if self.waiting:
+            sequence = min(self.waiting)
+            return _explain(rows(), sequence, None)
+        return None
+
+
+def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptProblem:
+    """Which receipt naming `sequence` differs from `projection` (None: not on the chain),
+    and where."""
+    exact = None
+    if projection is not None:
+        try:
+            exact = js_stringify(projection)
+        except JsonValueError:
+            pass
+    for operation_id, kind, _, outcome_json, _, _ in rows:
+        if kind not in JOURNAL_RECEIPT_KINDS or _claimed_sequence(outcome_json) != sequence:
+            continue
+        if projection is None:
+            return ReceiptProblem(
+                operation_id,
+                RECEIPT_MISMATCH,
+                "outcome_json.sequence",
+                "a sequence on the chain",
+                sequence,
+                sequence,
+            )
+        if outcome_json != exact:
+            return _difference(operation_id, sequence, projection, outcome_json)
+    return ReceiptProblem(  # pragma: no cover - the rows changed under the reader
+        "?", RECEIPT_MISMATCH, "outcome_json", projection, None, sequence
+    )
+
+
+def _difference(
+    operation_id: str, sequence: int, projection: Document, text: str
+) -> ReceiptProblem:
+    receipt = _object(text)
+    if receipt is None:
+        return ReceiptProblem(
+            operation_id, RECEIPT_MISMATCH, "outcome_json", "a projection", text, sequence
+        )
+    for key in dict.fromkeys([*projection, *receipt]):
+        if (key in projection) != (key in receipt) or js_stringify(
+            projection.get(key)
+        ) != js_stringify(receipt.get(key)):
+            return ReceiptProblem(
+                operation_id,
+                RECEIPT_MISMATCH,
+                f"outcome_json.{key}",
+                projection.get(key),
+                receipt.get(key),
+                sequence,
+            )
+    return ReceiptProblem(  # same values, other bytes (key order, spacing)
+        operation_id,
+        RECEIPT_MISMATCH,
+        "outcome_json",
+        js_stringify(projection),
+        text,
+        sequence,
+    )
+
+
+def receipt_error(run_id: str, problem: ReceiptProblem) -> JournalIntegrityError:
+    """The error naming the run, the operation id and what differs."""
+    return JournalIntegrityError(
+        problem.code,
+        f"run {run_id}: operation {problem.operation_id}: {problem.field}: "
+        f"expected {problem.expected!r}, stored {problem.actual!r}",
+        run_id=run_id,
+        sequence=problem.sequence,
+        expected=problem.expected,
+        actual=problem.actual,
+        operation_id=problem.operation_id,
+    )
+
+
+__all__ = [
+    "JOURNAL_RECEIPT_KINDS",
+    "LEASE_KIND",
+    "OPERATION_COLUMNS",
+    "OPERATION_STATES",
+    "RECEIPT_MISMATCH",
+    "ReceiptProblem",
+    "ReceiptVerifier",
+    "receipt_error",
+]
