@@ -4,13 +4,14 @@ They live in an importable module so that a "spawn" child (a fresh interpreter) 
 import them by name; the test module puts this directory on ``sys.path`` first, and
 ``multiprocessing.spawn`` hands that path to the child.
 
-- ``skewed_attempts``: a process whose system clock is off by a given offset (it patches
-  ``time.time_ns`` and ``time.time`` in itself only) tries what a process with such a
-  clock would wrongly be allowed to do if its clock judged lease expiry.
-- ``campaign_worker``: one contender of the fencing campaign: short leases, pauses past
-  the TTL, renew, preempt, commit, interrupt, and fenced host writes that record their
-  fence; every acknowledged grant and write is a row of ``fence_log`` written in the same
-  transaction, so the log's ids are in commit order for each operation.
+- ``skewed_attempts``: run in a process whose system clock is off (``skew_clock`` as its
+  pool initializer patches ``time.time_ns`` and ``time.time`` in that process only), it
+  tries what such a process would wrongly be allowed to do if its clock judged expiry.
+- ``serve_campaigns``: one contender of the fencing campaign, serving campaign jobs until
+  it gets None: short leases, pauses past the TTL, renew, preempt, commit, interrupt, and
+  fenced host writes that record their fence; every acknowledged grant and write is a row
+  of ``fence_log`` written in the same transaction, so the log's ids are in commit order
+  for each operation.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +49,8 @@ def _outcome(call: Any, *args: Any, **kwargs: Any) -> Any:
     return ["ok", result.model_dump() if hasattr(result, "model_dump") else result]
 
 
-def skewed_attempts(url: str, offset_ms: int, plan: Report) -> Report:
-    """Run `plan`'s attempts with this process's clock `offset_ms` off."""
-    if HERE not in sys.path:
-        sys.path.insert(0, HERE)
-    skew_clock(offset_ms)
+def skewed_attempts(url: str, plan: Report) -> Report:
+    """Run `plan`'s attempts (in a process whose clock `skew_clock` moved)."""
     from cadence_store import RunStore
 
     results: Report = {"system_now_ms": time.time_ns() // 1_000_000}
@@ -95,7 +95,8 @@ def fence_log_table() -> Any:
     )
 
 
-def _weaken_fencing() -> None:
+@contextmanager
+def _weakened_fencing() -> Iterator[None]:
     """The deliberately weakened fence: a lease check that accepts any holder of a running
     operation (the token and fence are not compared), for the checker to catch."""
     from cadence_store import repository
@@ -107,27 +108,37 @@ def _weaken_fencing() -> None:
             raise LeaseFencedError("lease-fenced")
         return row, now
 
+    sound = repository.RunRepository._assert_live
     repository.RunRepository._assert_live = weak_assert_live  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        repository.RunRepository._assert_live = sound  # type: ignore[method-assign]
 
 
-def campaign_worker(url: str, index: int, barrier: Any, params: Report, results: Any) -> None:
-    """One contender (a `Process` target); puts (index, counts of what it did) on
-    `results` (the log holds the evidence), or (index, {"error": traceback})."""
+def serve_campaigns(index: int, barrier: Any, inbox: Any, results: Any) -> None:
+    """A contender process (a `Process` target) running campaign jobs (url, params) from
+    `inbox` until None; puts (job, index, counts of what it did) on `results` (the log
+    holds the evidence), or (job, index, {"error": traceback})."""
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
-    try:
-        report = _campaign(url, index, barrier, params)
-    except BaseException as error:
-        barrier.abort()
-        report = {"error": "".join(traceback.format_exception(error))}
-    results.put((index, report))
+    while True:
+        job = inbox.get()
+        if job is None:
+            return
+        job_id, url, params = job
+        try:
+            with _weakened_fencing() if params.get("weakened") else nullcontext():
+                report = _campaign(url, index, barrier, params)
+        except BaseException as error:
+            barrier.abort()
+            report = {"error": "".join(traceback.format_exception(error))}
+        results.put((job_id, index, report))
 
 
 def _campaign(url: str, index: int, barrier: Any, params: Report) -> Report:
     from cadence_store import CadenceStoreError, RunStore
 
-    if params.get("weakened"):
-        _weaken_fencing()
     log = fence_log_table()
     rng = random.Random(params["seed"] * 100 + index)
     ttl = params["ttl_ms"]

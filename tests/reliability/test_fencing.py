@@ -20,7 +20,6 @@ import queue
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,12 +64,29 @@ def _wait_until_server_passes(url: str, instant_ms: int) -> None:
         time.sleep(0.05)
 
 
-def _in_skewed_process(url: str, offset_ms: int, plan: dict[str, Any]) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def skewed() -> Iterator[dict[int, Any]]:
+    """A spawned process per offset (+60 s, -60 s) whose system clock is moved by that
+    much (its pool initializer patches its own `time` only)."""
     context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        result: dict[str, Any] = pool.apply_async(
-            fencing_workers.skewed_attempts, (url, offset_ms, plan)
-        ).get(timeout=PROCESS_TIMEOUT_S)
+    pools = {
+        offset: context.Pool(1, initializer=fencing_workers.skew_clock, initargs=(offset,))
+        for offset in (SKEW_MS, -SKEW_MS)
+    }
+    yield pools
+    for pool in pools.values():
+        pool.terminate()
+        pool.join()
+
+
+def _in_skewed_process(
+    skewed: dict[int, Any], url: str, offset_ms: int, plan: dict[str, Any]
+) -> dict[str, Any]:
+    result: dict[str, Any] = (
+        skewed[offset_ms]
+        .apply_async(fencing_workers.skewed_attempts, (url, plan))
+        .get(timeout=PROCESS_TIMEOUT_S)
+    )
     return result
 
 
@@ -83,13 +99,17 @@ def pg_store_url(pg_database_url: str) -> str:
     return pg_database_url
 
 
-def test_a_fast_clock_cannot_take_over_or_recover_a_live_lease(pg_store_url: str) -> None:
+def test_a_fast_clock_cannot_take_over_or_recover_a_live_lease(
+    pg_store_url: str, skewed: dict[int, Any]
+) -> None:
     with RunStore(pg_store_url, root_hash=ROOT_HASH) as store:
         run = store.start_run("abel-implement", change="skewed", operation_id="start")
         held = store.acquire_lease(run.run_id, "held", 30_000)
         also_held = store.acquire_lease(run.run_id, "also-held", 30_000)
 
-    fast = _in_skewed_process(pg_store_url, SKEW_MS, {"run_id": run.run_id, "take_over": "held"})
+    fast = _in_skewed_process(
+        skewed, pg_store_url, SKEW_MS, {"run_id": run.run_id, "take_over": "held"}
+    )
     assert fast["system_now_ms"] > held.expires_at  # by its own clock the lease has expired
     assert fast["exclusive"] == ["error", "operation-already-running"]
     assert fast["rejoin"][0] == "ok"
@@ -104,6 +124,7 @@ def test_a_fast_clock_cannot_take_over_or_recover_a_live_lease(pg_store_url: str
     # An explicit clock= is used as given (cadence 1.x's semantics): that same skewed
     # clock, passed explicitly, does treat the live lease as expired.
     explicit = _in_skewed_process(
+        skewed,
         pg_store_url,
         SKEW_MS,
         {"run_id": run.run_id, "take_over": "also-held", "explicit_clock": True},
@@ -112,7 +133,9 @@ def test_a_fast_clock_cannot_take_over_or_recover_a_live_lease(pg_store_url: str
     assert explicit["exclusive"][1]["fence"] == also_held.fence + 1
 
 
-def test_a_slow_clock_cannot_use_a_lease_that_has_really_expired(pg_store_url: str) -> None:
+def test_a_slow_clock_cannot_use_a_lease_that_has_really_expired(
+    pg_store_url: str, skewed: dict[int, Any]
+) -> None:
     with RunStore(pg_store_url, root_hash=ROOT_HASH) as store:
         run = store.start_run("abel-implement", change="skewed", operation_id="start")
         store.transition(run.run_id, "validating-delivery", operation_id="t1")
@@ -121,7 +144,7 @@ def test_a_slow_clock_cannot_use_a_lease_that_has_really_expired(pg_store_url: s
     _wait_until_server_passes(pg_store_url, max(stale.expires_at, stale_too.expires_at))
 
     slow = _in_skewed_process(
-        pg_store_url, -SKEW_MS, {"run_id": run.run_id, "stale_lease": stale.model_dump()}
+        skewed, pg_store_url, -SKEW_MS, {"run_id": run.run_id, "stale_lease": stale.model_dump()}
     )
     assert slow["system_now_ms"] < stale.expires_at  # by its own clock the lease is live
     for attempt in ("assert", "renew", "transition", "commit"):
@@ -132,6 +155,7 @@ def test_a_slow_clock_cannot_use_a_lease_that_has_really_expired(pg_store_url: s
 
     # with its own clock passed explicitly, it is judged by that clock
     explicit = _in_skewed_process(
+        skewed,
         pg_store_url,
         -SKEW_MS,
         {"run_id": run.run_id, "stale_lease": stale_too.model_dump(), "explicit_clock": True},
@@ -285,46 +309,73 @@ class Campaign:
     operations: int
 
 
-SHORT = Campaign(workers=4, seconds=4.0, ttl_ms=80, operations=3)
+SHORT = Campaign(workers=4, seconds=3.0, ttl_ms=80, operations=3)
 LONG = Campaign(workers=8, seconds=45.0, ttl_ms=60, operations=4)
 
 
-@contextmanager
-def _processes(url: str, campaign: Campaign, params: dict[str, Any]) -> Iterator[list[Any]]:
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(campaign.workers)
-    results = context.Queue()
-    processes = [
-        context.Process(
-            target=fencing_workers.campaign_worker,
-            args=(url, index, barrier, params, results),
-            name=f"fencing-worker-{index}",
-            daemon=True,
-        )
-        for index in range(campaign.workers)
-    ]
-    for process in processes:
-        process.start()
-    reports: dict[int, Any] = {}
-    try:
-        deadline = time.monotonic() + campaign.seconds + PROCESS_TIMEOUT_S
-        while len(reports) < campaign.workers:
+class CampaignPool:
+    """`count` spawned contenders (``fencing_workers.serve_campaigns``), reused by the
+    campaigns of this module: an interpreter's imports cost about a second each."""
+
+    def __init__(self, count: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.count = count
+        self.barrier = context.Barrier(count)
+        self.results = context.Queue()
+        self.inboxes = [context.Queue() for _ in range(count)]
+        self.jobs = 0
+        self.processes = [
+            context.Process(
+                target=fencing_workers.serve_campaigns,
+                args=(index, self.barrier, inbox, self.results),
+                name=f"fencing-worker-{index}",
+                daemon=True,
+            )
+            for index, inbox in enumerate(self.inboxes)
+        ]
+        for process in self.processes:
+            process.start()
+
+    def run(self, url: str, params: dict[str, Any]) -> list[Any]:
+        self.jobs += 1
+        for inbox in self.inboxes:
+            inbox.put((self.jobs, url, params))
+        reports: dict[int, Any] = {}
+        deadline = time.monotonic() + params["seconds"] + PROCESS_TIMEOUT_S
+        while len(reports) < self.count:
             try:
-                index, report = results.get(timeout=max(0.1, deadline - time.monotonic()))
+                job, index, report = self.results.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                missing = set(range(campaign.workers)) - set(reports)
+                missing = set(range(self.count)) - set(reports)
                 raise AssertionError(f"workers {missing} hung") from None
+            assert job == self.jobs
             reports[index] = report
-        yield [reports[index] for index in range(campaign.workers)]
-    finally:
-        for process in processes:
+        if any("error" in report for report in reports.values()):
+            self.barrier.reset()
+        return [reports[index] for index in range(self.count)]
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for process in self.processes:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()  # that worker's own pid
                 process.join(timeout=30)
 
 
-def _run_campaign(url: str, campaign: Campaign, *, weakened: bool = False) -> list[LogRow]:
+@pytest.fixture(scope="module")
+def campaign_pools() -> Iterator[dict[int, CampaignPool]]:
+    """Pools by size, started on first use and closed after the module."""
+    pools: dict[int, CampaignPool] = {}
+    yield pools
+    for pool in pools.values():
+        pool.close()
+
+
+def _run_campaign(
+    pools: dict[int, CampaignPool], url: str, campaign: Campaign, *, weakened: bool = False
+) -> list[LogRow]:
     cadence_store.upgrade(url)
     log = fencing_workers.fence_log_table()
     engine = create_engine(url)
@@ -340,9 +391,11 @@ def _run_campaign(url: str, campaign: Campaign, *, weakened: bool = False) -> li
             "seed": 13,
             "weakened": weakened,
         }
-        with _processes(url, campaign, params) as reports:
-            errors = [report["error"] for report in reports if "error" in report]
-            assert not errors, "\n".join(errors)
+        if campaign.workers not in pools:
+            pools[campaign.workers] = CampaignPool(campaign.workers)
+        reports = pools[campaign.workers].run(url, params)
+        errors = [report["error"] for report in reports if "error" in report]
+        assert not errors, "\n".join(errors)
         with engine.connect() as connection:
             rows = [LogRow(*row) for row in connection.execute(select(log).order_by(log.c.id))]
     finally:
@@ -360,18 +413,21 @@ def _run_campaign(url: str, campaign: Campaign, *, weakened: bool = False) -> li
     "campaign",
     [pytest.param(SHORT, id="short"), pytest.param(LONG, id="long", marks=pytest.mark.slow)],
 )
-def test_fencing_campaign_has_no_violations(database_url: str, campaign: Campaign) -> None:
-    rows = _run_campaign(database_url, campaign)
+def test_fencing_campaign_has_no_violations(
+    campaign_pools: dict[int, CampaignPool], database_url: str, campaign: Campaign
+) -> None:
+    rows = _run_campaign(campaign_pools, database_url, campaign)
     assert check_fence_log(rows) == []
     kinds = {row.kind for row in rows}
     assert {"grant", "write", "renew"} <= kinds, kinds
 
 
-def test_the_checker_catches_a_weakened_fence(database_url: str) -> None:
+def test_the_checker_catches_a_weakened_fence(
+    campaign_pools: dict[int, CampaignPool], database_url: str
+) -> None:
     """The same campaign with a lease check that ignores the token: stale holders get
     writes acknowledged after a newer grant, and the checker must say so."""
-    rows = _run_campaign(
-        database_url, Campaign(workers=3, seconds=1.5, ttl_ms=80, operations=2), weakened=True
-    )
+    weakened = Campaign(workers=SHORT.workers, seconds=1.0, ttl_ms=80, operations=2)
+    rows = _run_campaign(campaign_pools, database_url, weakened, weakened=True)
     violations = check_fence_log(rows)
     assert any("acknowledged after grant" in v for v in violations), violations
