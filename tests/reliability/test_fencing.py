@@ -406,6 +406,10 @@ def _run_campaign(
         refused = sum(report["refused"] for report in reports)
         # the campaign exercised what it claims: grants, writes, and fenced attempts
         assert grants > campaign.workers and writes > campaign.workers and refused > 0, reports
+        print(  # shown with -s: the size of the evidence
+            f"campaign {campaign}: {grants} grants, {writes} acknowledged fenced writes, "
+            f"{refused} refused, {sum(r['stale_refused'] for r in reports)} stale retries refused"
+        )
     return rows
 
 
