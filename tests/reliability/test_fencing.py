@@ -188,6 +188,54 @@ def test_unit_of_work_and_host_session_use_the_server_clock_too(pg_store_url: st
         store.assert_lease(held)
 
 
+def test_the_server_time_is_read_after_waiting_for_the_row_lock(pg_store_url: str) -> None:
+    """A renew that queued behind another transaction's lock on the operation row is
+    judged, and extended, from the time the lock was granted, not from when it started
+    waiting (a plain SELECT ... FOR UPDATE computes its select list before the wait)."""
+    import threading
+
+    with RunStore(pg_store_url, root_hash=ROOT_HASH) as store:
+        run = store.start_run("abel-implement", change="locked", operation_id="start")
+        lease = store.acquire_lease(run.run_id, "held", 60_000)
+        engine = create_engine(pg_store_url)
+        outcome: dict[str, Any] = {}
+
+        def renew() -> None:
+            outcome["lease"] = store.renew_lease(lease, 10_000)
+
+        try:
+            with engine.connect() as holder:
+                holder.execute(
+                    text(
+                        "SELECT 1 FROM operations WHERE run_id = :r AND operation_id = 'held'"
+                        " FOR UPDATE"
+                    ),
+                    {"r": run.run_id},
+                )
+                waiter = threading.Thread(target=renew)
+                waiter.start()
+                deadline = time.monotonic() + 30
+                with engine.connect() as observer:
+                    while not observer.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND datname = current_database()"
+                        )
+                    ).scalar_one():
+                        assert time.monotonic() < deadline, "the renew never queued"
+                        observer.rollback()
+                        time.sleep(0.01)
+                time.sleep(0.2)  # let the server clock move on while the renew waits
+                released_at = holder.execute(
+                    text("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+                ).scalar_one()
+                holder.commit()
+                waiter.join(timeout=30)
+        finally:
+            engine.dispose()
+        assert outcome["lease"].expires_at >= released_at + 10_000
+
+
 @pytest.fixture(autouse=True)
 def _restore_clock() -> Iterator[None]:
     """`skew_clock` in this test process is undone after each test."""
