@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -192,8 +193,6 @@ def test_the_server_time_is_read_after_waiting_for_the_row_lock(pg_store_url: st
     """A renew that queued behind another transaction's lock on the operation row is
     judged, and extended, from the time the lock was granted, not from when it started
     waiting (a plain SELECT ... FOR UPDATE computes its select list before the wait)."""
-    import threading
-
     with RunStore(pg_store_url, root_hash=ROOT_HASH) as store:
         run = store.start_run("abel-implement", change="locked", operation_id="start")
         lease = store.acquire_lease(run.run_id, "held", 60_000)
