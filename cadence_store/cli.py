@@ -447,6 +447,7 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
                         "state": str(o.state),
                         "lease": render.lease_label(o.lease),
                         "expiresAt": o.expires_at,
+                        "fence": o.fence,
                     }
                     for o in receipts
                 ],
@@ -484,7 +485,9 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
         listing.add_row(b.gate, str(b.revision), b.receipt_hash, proof, b.operation_id)
     out.print(listing if bindings else "Delivery bindings: none")
     out.print()
-    listing = render.table("OPERATION", "KIND", "STATE", "LEASE", "EXPIRES", title="Operations")
+    listing = render.table(
+        "OPERATION", "KIND", "STATE", "LEASE", "EXPIRES", "FENCE", title="Operations"
+    )
     for o in receipts:
         listing.add_row(
             o.operation_id,
@@ -492,6 +495,7 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
             o.state,
             render.lease_label(o.lease),
             render.timestamp(o.expires_at, now=now),
+            render.text(o.fence),
         )
     out.print(listing if receipts else "Operations: none")
     out.print()
@@ -947,6 +951,9 @@ def lease_acquire(
 ) -> None:
     """Acquire (or rejoin) the lease of an operation; prints the lease JSON.
 
+    `fence` grows with each new grant of the operation: pass it to resources outside
+    the database, which refuse any fence lower than the highest they have seen.
+
     \b
     Example: cadence-store lease acquire RUN_ID apply-1 --ttl-ms 60000 --preempt
     """
@@ -1014,7 +1021,8 @@ def lease_interrupt(lease_json: str, url: str | None) -> None:
 @click.argument("operation_id")
 @url_option
 def lease_status(run_id: str, operation_id: str, url: str | None) -> None:
-    """An operation's state, outcome and lease expiry as JSON (null if unknown).
+    """An operation's state, outcome, lease expiry and current or last fence as JSON
+    (null if unknown).
 
     \b
     Example: cadence-store lease status RUN_ID apply-1

@@ -122,6 +122,9 @@ class OperationRow(Base):
     outcome_json: Mapped[str | None] = mapped_column(Text)
     lease_token: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[int | None] = mapped_column(Int64)
+    # cadence-store's own addition: the number of the current or last grant of a lease
+    # (grows with each grant; NULL for receipts)
+    lease_fence: Mapped[int | None] = mapped_column(Int64)
 
 
 metadata: Final = Base.metadata

@@ -35,7 +35,7 @@ from .journal.views import (
     stored_outcome,
     stored_projection,
 )
-from .journal.vocabulary import OPERATION_STATE_NAMES, OperationState
+from .journal.vocabulary import OPERATION_STATE_NAMES, OperationKind, OperationState
 from .models import delivery_bindings, events, operations, runs
 from .sql import STATEMENTS, Statements
 
@@ -74,6 +74,7 @@ class _OperationRow(NamedTuple):
     outcome_json: str | None
     has_lease_token: bool | int  # SQLite answers 0 or 1
     lease_expires_at: int | None
+    lease_fence: int | None
 
 
 def _count(table: Any) -> Any:
@@ -109,6 +110,7 @@ READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
             operations.c.outcome_json,
             operations.c.lease_token.is_not(None),
             operations.c.lease_expires_at,
+            operations.c.lease_fence,
         )
         .where(operations.c.run_id == bindparam("run_id"))
         .order_by(operations.c.operation_id)
@@ -216,6 +218,7 @@ def _operation(row: _OperationRow, run_id: str, now: int) -> OperationRecord:
         state=OperationState(row.state),
         lease=lease_standing(row.state, bool(row.has_lease_token), row.lease_expires_at, now),
         expires_at=row.lease_expires_at,
+        fence=row.lease_fence if row.kind == OperationKind.LEASE else None,
         outcome=stored_outcome(row.outcome_json, run_id),
     )
 

@@ -172,6 +172,7 @@ class _Operation(NamedTuple):
     outcome_json: str | None
     lease_token: str | None
     lease_expires_at: int | None
+    lease_fence: int | None
 
 
 @dataclass(slots=True)
@@ -245,6 +246,7 @@ class RunRepository:
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
         require_clock(clock)
         self._clock: Clock = system_clock if clock is None else clock
+        self._explicit_clock = clock is not None
         self.schema = require_schema_name(schema)
         self._ready = False
 
@@ -290,6 +292,11 @@ class RunRepository:
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
+    def _server_clock(self) -> bool:
+        """Whether lease time is the database server's clock: on PostgreSQL, whose
+        callers run on many machines, unless the caller gave its own `clock=`."""
+        return not self._explicit_clock and is_postgresql(self._connection())
+
     def _require_root(self) -> str:
         if self.root_hash is None:
             raise InvalidInputError("invalid-root-hash")
@@ -321,6 +328,21 @@ class RunRepository:
             operation_id=operation_id,
         )
         return None if row is None else _Operation(*row)
+
+    def _timed_operation(
+        self, sql: Statements, run_id: str, operation_id: str, *, lock: bool
+    ) -> tuple[_Operation | None, int | None]:
+        """The operation row and the lease time to judge it by: the server's clock, read
+        in the same statement (after the row lock), or the caller's clock."""
+        if not self._server_clock():
+            row = self._operation(sql, run_id, operation_id, lock=lock)
+            return row, None if row is None else self._now()
+        timed = sql.one(
+            "operation_for_update_timed" if lock else "operation_timed",
+            run_id=run_id,
+            operation_id=operation_id,
+        )
+        return (None, None) if timed is None else (_Operation(*timed[:-1]), int(timed[-1]))
 
     # -- receipts ----------------------------------------------------------------------
 
@@ -691,17 +713,22 @@ class RunRepository:
 
     # -- leases ------------------------------------------------------------------------
 
-    def _assert_live(self, sql: Statements, lease: OperationLease) -> _Operation:
-        row = self._operation(sql, lease.run_id, lease.operation_id, lock=True)
+    def _assert_live(self, sql: Statements, lease: OperationLease) -> tuple[_Operation, int]:
+        """The locked row of `lease`'s operation and the lease time it was judged at, or
+        `lease-fenced`. The token decides which grant is live (no clock involved); the
+        lease time decides only whether that grant has expired."""
+        row, now = self._timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
         if (
             row is None
+            or now is None
             or row.state != "running"
             or row.lease_token != lease.token
+            or lease.fence not in (0, row.lease_fence or 0)  # 0: cadence 1.x shape
             or row.lease_expires_at is None
-            or row.lease_expires_at < self._now()
+            or row.lease_expires_at < now
         ):
             raise LeaseFencedError("lease-fenced")
-        return row
+        return row, now
 
     @coded(WRITE)
     def acquire_lease(
@@ -724,9 +751,17 @@ class RunRepository:
         _bool_option(exclusive, "invalid-lease-option")
         require_run_id(run_id)
         sql = self._write_statements()
-        self._require_head(sql, run_id, lock=True)
-        now = self._now()
-        existing = self._operation(sql, run_id, operation_id, lock=True)
+        if self._server_clock():
+            locked = sql.one("head_for_update_timed", run_id=run_id)
+            if locked is None:
+                raise RunNotFoundError("run-not-found")
+            existing, existing_now = self._timed_operation(sql, run_id, operation_id, lock=True)
+            # the later reading, after the operation row's lock too, when there is a row
+            now = int(locked[-1]) if existing_now is None else existing_now
+        else:
+            self._require_head(sql, run_id, lock=True)
+            now = self._now()
+            existing = self._operation(sql, run_id, operation_id, lock=True)
         if existing is not None and existing.kind != LEASE:
             # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
             raise OperationConflictError("operation-id-conflict")
@@ -743,6 +778,7 @@ class RunRepository:
                 operation_id=operation_id,
                 token=lease_token,
                 expires_at=existing.lease_expires_at,
+                fence=existing.lease_fence or 0,
             )
         if (
             existing is not None
@@ -759,13 +795,18 @@ class RunRepository:
                 operation_id=operation_id,
                 token=existing.lease_token,
                 expires_at=existing.lease_expires_at,
+                fence=existing.lease_fence or 0,
             )
+        # A new grant: the next fence of this operation (the row keeps the last one through
+        # commit, interrupt and expiry, and export/import/copy carry it).
+        fence = 1 if existing is None else (existing.lease_fence or 0) + 1
         token = str(uuid.uuid4()) if lease_token is None else lease_token
         lease = OperationLease(
             run_id=run_id,
             operation_id=operation_id,
             token=token,
             expires_at=_expiry(now, ttl),
+            fence=fence,
         )
         sql.write(
             "insert_lease" if existing is None else "restart_lease",
@@ -773,6 +814,7 @@ class RunRepository:
             operation_id=operation_id,
             lease_token=lease.token,
             lease_expires_at=lease.expires_at,
+            lease_fence=fence,
         )
         return lease
 
@@ -781,8 +823,8 @@ class RunRepository:
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
         sql = self._write_statements()
-        self._assert_live(sql, checked)
-        expires_at = _expiry(self._now(), ttl)
+        row, now = self._assert_live(sql, checked)
+        expires_at = _expiry(now, ttl)
         sql.write(
             "renew_lease",
             run_id=checked.run_id,
@@ -790,7 +832,7 @@ class RunRepository:
             token=checked.token,
             lease_expires_at=expires_at,
         )
-        return checked.model_copy(update={"expires_at": expires_at})
+        return checked.model_copy(update={"expires_at": expires_at, "fence": row.lease_fence or 0})
 
     @coded(WRITE)
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
@@ -865,10 +907,9 @@ class RunRepository:
         require_run_id(run_id)
         sql = self._write_statements()
         self._require_head(sql, run_id, lock=False)
-        row = self._operation(sql, run_id, operation_id)
-        if row is None:
+        row, now = self._timed_operation(sql, run_id, operation_id, lock=False)
+        if row is None or now is None:
             return None
-        now = self._now()
         if (
             row.state == "running"
             and row.lease_expires_at is not None
@@ -890,11 +931,19 @@ class RunRepository:
                 outcome = None
             if not isinstance(outcome, dict) or is_nested_too_deep(outcome):
                 raise JournalIntegrityError("operation-outcome-invalid")
-        return OperationStatus(state=row.state, outcome=outcome, expires_at=row.lease_expires_at)
+        return OperationStatus(
+            state=row.state,
+            outcome=outcome,
+            expires_at=row.lease_expires_at,
+            fence=row.lease_fence if row.kind == LEASE else None,
+        )
 
     @coded(WRITE)
     def recover_expired_leases(self) -> int:
-        return self._write_statements().write("expire_leases", now=self._now())
+        sql = self._write_statements()
+        if self._server_clock():
+            return sql.write("expire_leases_timed")
+        return sql.write("expire_leases", now=self._now())
 
     # -- reading and verifying ---------------------------------------------------------
 

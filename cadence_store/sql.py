@@ -15,10 +15,20 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import Connection, bindparam, func, literal, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    bindparam,
+    cast,
+    extract,
+    func,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
 from .models import delivery_bindings, events, operations, runs
 
@@ -63,7 +73,28 @@ _OPERATION_COLUMNS = (
     operations.c.outcome_json,
     operations.c.lease_token,
     operations.c.lease_expires_at,
+    operations.c.lease_fence,
 )
+
+
+def server_time_ms() -> ColumnElement[int]:
+    """The PostgreSQL server's clock in integer milliseconds (floored, as `system_clock`).
+
+    `clock_timestamp()`, not `now()`: the time when the row is produced, not when the
+    transaction began."""
+    return cast(func.floor(extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
+
+
+def _timed(locked: ClauseElement) -> ClauseElement:
+    """`locked`'s columns plus the server time, read after the row lock is granted.
+
+    In a plain `SELECT ..., clock_timestamp() ... FOR UPDATE` PostgreSQL computes the
+    select list below the lock, before waiting for it (measured: a second stale after a
+    one-second wait); selected from a FOR UPDATE subquery, it is computed afterwards."""
+    assert isinstance(locked, Select)
+    inner = locked.subquery()
+    return select(*inner.c, server_time_ms())
+
 
 # name -> factory(dialect name) of a Core statement with named bind parameters
 STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
@@ -72,6 +103,13 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "head_for_update": lambda _: select(*_HEAD_COLUMNS).where(_RUN).with_for_update(),
     "operation": lambda _: select(*_OPERATION_COLUMNS).where(_OPERATION),
     "operation_for_update": lambda _: (
+        select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
+    ),
+    # the same rows with the lease time of the database server's clock (PostgreSQL without
+    # an explicit clock), so that it costs no extra round trip
+    "head_for_update_timed": lambda _: _timed(select(*_HEAD_COLUMNS).where(_RUN).with_for_update()),
+    "operation_timed": lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
+    "operation_for_update_timed": lambda _: _timed(
         select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
     ),
     "upsert_receipt": _upsert_receipt,
@@ -167,6 +205,7 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         state=literal("running"),
         lease_token=bindparam("lease_token"),
         lease_expires_at=bindparam("lease_expires_at"),
+        lease_fence=bindparam("lease_fence"),
     ),
     "restart_lease": lambda _: (
         update(operations)
@@ -176,6 +215,7 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
             outcome_json=None,
             lease_token=bindparam("lease_token"),
             lease_expires_at=bindparam("lease_expires_at"),
+            lease_fence=bindparam("lease_fence"),
         )
     ),
     "renew_lease": lambda _: (
@@ -209,6 +249,13 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "expire_leases": lambda _: (
         update(operations)
         .where(operations.c.state == "running", operations.c.lease_expires_at < bindparam("now"))
+        .values(state="interrupted", lease_token=None, lease_expires_at=None)
+    ),
+    # every row is judged at the server's time when it is reached (and re-judged after
+    # waiting for a holder's row lock, so a lease renewed meanwhile stays live)
+    "expire_leases_timed": lambda _: (
+        update(operations)
+        .where(operations.c.state == "running", operations.c.lease_expires_at < server_time_ms())
         .values(state="interrupted", lease_token=None, lease_expires_at=None)
     ),
     "owner_of_key": lambda _: select(runs.c.run_id).where(

@@ -349,6 +349,14 @@ def _check_row(value: object, table: Table, where: str, line: int | None) -> Row
     return {name: value[name] for name in columns}
 
 
+def _with_fence(row: object) -> object:
+    """An operation row of an export made before fences (revision cs0002) gets the fence
+    that revision gives existing rows: 1 for a lease, none for a receipt."""
+    if not isinstance(row, dict) or "lease_fence" in row:
+        return row
+    return {**row, "lease_fence": 1 if row.get("kind") == "lease" else None}
+
+
 def parse_record(text: str, line: int | None = None) -> Record:
     """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
     try:
@@ -366,6 +374,8 @@ def parse_record(text: str, line: int | None = None) -> Record:
         items = value[key]
         if not isinstance(items, list):
             raise _invalid(line, f"{key} is not a list")
+        if key == "operations":
+            items = [_with_fence(item) for item in items]
         rows = [_check_row(item, _TABLES[key], f"{key}[{i}]", line) for i, item in enumerate(items)]
         for row in rows:
             if row["run_id"] != run_id:

@@ -154,16 +154,23 @@ class RunEvent(_Value):
 
 
 class OperationLease(_Value):
+    """A grant of an operation's lease. `token` fences stale holders inside the database;
+    `fence` (cadence-store's addition) grows with each grant of the operation, for
+    resources outside it. A lease given in cadence 1.x's shape (no `fence`) has fence 0:
+    its token alone identifies the grant."""
+
     run_id: StrictStr
     operation_id: StrictStr
     token: StrictStr
     expires_at: StrictInt
+    fence: StrictInt = 0
 
 
 class OperationStatus(_Value):
     state: Literal["running", "committed", "interrupted"]
     outcome: dict[str, Any] | None = None
     expires_at: StrictInt | None = None
+    fence: StrictInt | None = None  # the current or last grant's (None for receipts)
 
 
 class BindDelivery(_Value):

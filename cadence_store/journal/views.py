@@ -49,6 +49,7 @@ class OperationRecord(_Value):
     state: OperationState
     lease: LeaseStanding
     expires_at: StrictInt | None = None
+    fence: StrictInt | None = None  # a lease's current or last grant; None for receipts
     outcome: dict[str, Any] | None = None
 
 

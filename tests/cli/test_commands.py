@@ -11,6 +11,7 @@ import pytest
 
 from cadence_store import RunStore
 from cadence_store.cli import default_root_hash, main
+from cadence_store.schema import head_revision
 
 COMMANDS = [
     [],
@@ -64,7 +65,7 @@ def test_upgrade_creates_and_reports_head(cli: Any, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/new.sqlite3"
     result = cli("upgrade", "--url", url)
     assert result.exit_code == 0, result.output
-    assert "is at cs0001_operation_id_index (head)" in result.stdout
+    assert f"is at {head_revision()} (head)" in result.stdout
     again = cli("upgrade", "--url", url)
     assert again.exit_code == 0 and again.stdout == result.stdout
 
@@ -93,7 +94,7 @@ def test_info_on_fixture(cli: Any, fixture_url: str) -> None:
     assert info["revision"] == info["head"] and info["atHead"] is True
     assert info["runs"] == 8 and info["events"] == 25
     table = cli("info", "--url", fixture_url)
-    assert "cs0001_operation_id_index (head)" in table.stdout
+    assert f"{head_revision()} (head)" in table.stdout
     assert "runs" in table.stdout and "25" in table.stdout
 
 
@@ -185,6 +186,7 @@ def test_show(cli: Any, fixture_url: str, manifest: dict[str, Any]) -> None:
     out = result.stdout
     assert "Delivery bindings" in out and "Operations" in out and "State timeline" in out
     assert "lease-running" in out and "live" in out and "2036-" in out
+    assert "FENCE" in out
     assert "interrupted" in out
     as_json = json.loads(cli("show", LEASED_RUN, "--url", fixture_url, "--json").stdout)
     run = next(r for r in manifest["runs"] if r["runId"] == LEASED_RUN)
@@ -192,6 +194,8 @@ def test_show(cli: Any, fixture_url: str, manifest: dict[str, Any]) -> None:
     leases = {o["operationId"]: o for o in as_json["operations"]}
     assert leases["lease-running"]["lease"] == "live"
     assert leases["lease-running"]["expiresAt"] == 2083829460000
+    assert leases["lease-running"]["fence"] == 1  # the adopted lease is grant 1
+    assert leases["lease-interrupt"]["fence"] == 1
     assert leases["lease-interrupt"]["lease"] == "none"
     transitions = [e for e in run["events"] if e["type"] == "state-transitioned"]
     states = [step["state"] for step in as_json["timeline"]]
@@ -286,9 +290,11 @@ def test_operator_lifecycle_on_a_url(cli: Any, empty_url: str) -> None:
         assert moved["state"] == state
 
     lease = _json(cli("lease", "acquire", run_id, "apply-1", "--ttl-ms", "60000", *url))
-    assert set(lease) == {"runId", "operationId", "token", "expiresAt"}
+    assert set(lease) == {"runId", "operationId", "token", "expiresAt", "fence"}
+    assert lease["fence"] == 1
     replaced = _json(cli("lease", "acquire", run_id, "apply-1", "--preempt", *url))
     assert replaced["token"] != lease["token"]
+    assert replaced["fence"] == 2
     fenced = cli(
         "transition", run_id, "paused", "--operation-id", "p1", "--lease", json.dumps(lease), *url
     )
@@ -298,9 +304,10 @@ def test_operator_lifecycle_on_a_url(cli: Any, empty_url: str) -> None:
         cli("lease", "renew", "-", "--ttl-ms", "120000", *url, input=json.dumps(replaced))
     )
     assert renewed["token"] == replaced["token"]
+    assert renewed["fence"] == replaced["fence"] == 2  # renewing keeps the fence
     assert renewed["expiresAt"] >= replaced["expiresAt"]
     status = _json(cli("lease", "status", run_id, "apply-1", *url))
-    assert status["state"] == "running"
+    assert (status["state"], status["fence"]) == ("running", 2)
     moved = _json(
         cli(
             "transition",

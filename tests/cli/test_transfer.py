@@ -50,7 +50,11 @@ def test_export_then_import_reproduces_the_cadence_1x_store(
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 8
     assert all(list(r) == ["run", "events", "operations", "deliveryBindings"] for r in records)
-    manifest_ops = {(o["run_id"], o["operation_id"]): o for o in manifest["operations"]}
+    manifest_ops = {
+        # cadence 1.x's columns, plus the fence the adoption gave each lease
+        (o["run_id"], o["operation_id"]): {**o, "lease_fence": 1 if o["kind"] == "lease" else None}
+        for o in manifest["operations"]
+    }
     exported_ops = {(o["run_id"], o["operation_id"]): o for r in records for o in r["operations"]}
     assert exported_ops == manifest_ops  # every column, outcome_json verbatim
 

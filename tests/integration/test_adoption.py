@@ -108,8 +108,14 @@ def test_cadence1x_store_adopts_through_every_entry_point(
     assert not any(name.startswith("_alembic_tmp") for name in table_names(path))
 
     # Rows: receipts, bindings (v2 gains three NULL proof columns at the end), the journal.
+    # cadence 1.x's operation rows, plus cadence-store's fence column: 1 for every lease
+    # (the grant made under cadence 1.x, running or finished), none for receipts
     assert table_rows(path, "operations", "run_id", "operation_id") == sorted(
-        entry["operations"], key=lambda row: (row["run_id"], row["operation_id"])
+        (
+            {**row, "lease_fence": 1 if row["kind"] == "lease" else None}
+            for row in entry["operations"]
+        ),
+        key=lambda row: (row["run_id"], row["operation_id"]),
     )
     after = entry["openResult"]["deliveryBindingsAfter"]
     assert (
@@ -165,6 +171,28 @@ def test_upgrade_of_an_adopted_store_is_idempotent(tmp_path: Path) -> None:
     assert cadence_store.upgrade(url) == head_revision()
     assert _dump(path) == dump
     assert version_rows(path) == [head_revision()]
+
+
+def test_adopted_leases_get_fences(tmp_path: Path) -> None:
+    """An adopted running lease is grant 1 of its operation; finished leases keep 1 as
+    their last fence, and the next grant of any of them is 2."""
+    entry = store_entry("current.sqlite3")
+    url = sqlite_url(copy_fixture("current.sqlite3", tmp_path))
+    cadence_store.upgrade(url)
+    running = next(row for row in entry["operations"] if row["operation_id"] == "lease-running")
+    committed = next(row for row in entry["operations"] if row["operation_id"] == "lease-commit")
+    now = running["lease_expires_at"]  # the adopted lease is live at its last millisecond
+    with RunStore(url, root_hash=entry["consumerRootHash"], clock=lambda: now) as store:
+        status = store.inspect_operation(running["run_id"], "lease-running")
+        assert (status.state, status.fence) == ("running", 1)
+        held = store.acquire_lease(running["run_id"], "lease-running", 1_000)
+        assert (held.token, held.fence) == (running["lease_token"], 1)
+        store.assert_lease(held)
+        assert (
+            store.acquire_lease(running["run_id"], "lease-running", 1_000, preempt=True).fence == 2
+        )
+        assert store.inspect_operation(committed["run_id"], "lease-commit").fence == 1
+        assert store.acquire_lease(committed["run_id"], "lease-commit", 1_000).fence == 2
 
 
 def _dump(path: Path) -> list[str]:

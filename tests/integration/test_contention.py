@@ -379,6 +379,34 @@ def test_a_commit_racing_preemption_is_fenced_or_first(pool, store, store_url, d
     assert_chain(store, run.run_id)
 
 
+def test_processes_racing_to_preempt_get_fences_in_grant_order(
+    pool, store, store_url, db, sizes
+) -> None:
+    """Issue 13: every preempting process gets its own fence, and the fences follow the
+    order in which the grants committed (host rows written in each grant's transaction)."""
+    run = store.start_run("abel-implement", change="fenced", operation_id="start")
+    grants = workers.grants_table()
+    grants.metadata.create_all(db)
+
+    reports = pool.run(
+        "preempt_race", store_url, {"run_id": run.run_id, "rounds": sizes.rounds, "prefix": "pr"}
+    )
+
+    with db.connect() as connection:
+        logged = connection.execute(select(grants).order_by(grants.c.id)).all()
+    for round_ in range(sizes.rounds):
+        operation_id = f"pr-{round_}"
+        returned = sorted(report[round_]["fence"] for report in reports)
+        assert returned == list(range(1, WORKERS + 1)), returned  # distinct, none skipped
+        in_commit_order = [row.fence for row in logged if row.operation_id == operation_id]
+        assert in_commit_order == list(range(1, WORKERS + 1))
+        # the live lease is the last grant, with the highest fence
+        last = max((report[round_] for report in reports), key=lambda r: r["fence"])
+        status = store.inspect_operation(run.run_id, operation_id)
+        assert status is not None and (status.state, status.fence) == ("running", WORKERS)
+        assert store.acquire_lease(run.run_id, operation_id, 1_000).token == last["token"]
+
+
 # -- (e) one delivery revision, different receipts -------------------------------------
 
 

@@ -248,6 +248,8 @@ def _assert_postgresql_ddl(sql: str) -> None:
     assert "alembic_version" not in sql
     assert "ALTER TABLE delivery_bindings ADD COLUMN approval_revision BIGINT" in sql
     assert "CREATE INDEX ix_operations_operation_id ON operations (operation_id)" in sql
+    assert "ALTER TABLE operations ADD COLUMN lease_fence BIGINT" in sql
+    assert "UPDATE operations SET lease_fence=1 WHERE operations.kind = 'lease'" in sql
     assert "BEGIN;" in sql
     assert sql.rstrip().endswith("COMMIT;")
 

@@ -94,6 +94,7 @@ def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_r
             "outcome_json": run.to_json(),
             "lease_token": None,
             "lease_expires_at": None,
+            "lease_fence": None,
         }
     ]
     assert table_rows("delivery_bindings") == []

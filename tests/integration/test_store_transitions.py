@@ -69,6 +69,7 @@ def test_transition_appends_event_and_records_receipt(store, table_rows):
         "outcome_json": moved.to_json(),
         "lease_token": None,
         "lease_expires_at": None,
+        "lease_fence": None,
     }
 
 

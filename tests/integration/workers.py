@@ -463,6 +463,43 @@ def mixed_workload(store: Any, index: int, barrier: Any, params: Report) -> Repo
     return {"unexpected": unexpected, "counts": counts}
 
 
+def grants_table() -> Any:
+    """A host table: one row per lease grant, written in the grant's own transaction, so
+    that its ids are in commit order (the grants of one operation queue on its row)."""
+    from sqlalchemy import Column, Integer, MetaData, Table, Text
+
+    return Table(
+        "fence_grants",
+        MetaData(),
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("operation_id", Text, nullable=False),
+        Column("token", Text, nullable=False),
+        Column("fence", Integer, nullable=False),
+        Column("worker", Integer, nullable=False),
+    )
+
+
+def preempt_race(store: Any, index: int, barrier: Any, params: Report) -> list[Report]:
+    """Per round, every worker preempts the same lease operation at once, recording its
+    grant (token, fence) in a host row of the same transaction."""
+    grants = grants_table()
+    rounds = []
+    for round_ in range(params["rounds"]):
+        operation_id = f"{params['prefix']}-{round_}"
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        with store.unit_of_work() as uow:
+            lease = uow.runs.acquire_lease(
+                params["run_id"], operation_id, LEASE_TTL_MS, preempt=True
+            )
+            uow.session.execute(
+                grants.insert().values(
+                    operation_id=operation_id, token=lease.token, fence=lease.fence, worker=index
+                )
+            )
+        rounds.append({"operation_id": operation_id, "token": lease.token, "fence": lease.fence})
+    return rounds
+
+
 TASKS: dict[str, Callable[[Any, int, Any, Any], Any]] = {
     "whoami": whoami,
     "append_transitions": append_transitions,
@@ -473,6 +510,7 @@ TASKS: dict[str, Callable[[Any, int, Any, Any], Any]] = {
     "preempt_while_committing": preempt_while_committing,
     "bind_one_revision": bind_one_revision,
     "acquire_one_lease": acquire_one_lease,
+    "preempt_race": preempt_race,
     "claim_one_change": claim_one_change,
     "bind_same_receipt": bind_same_receipt,
     "read_while_appending": read_while_appending,

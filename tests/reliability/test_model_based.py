@@ -179,6 +179,7 @@ class MOp:
     outcome: str | None = None
     token: str | None = None
     expires: int | None = None
+    fence: int | None = None  # the current or last grant's; grows with each grant
 
 
 NEW = "<a new token>"  # the store is expected to issue a fresh lease token here
@@ -242,6 +243,7 @@ class Model:
             row is None
             or row.state != "running"
             or row.token != lease["token"]
+            or lease.get("fence", 0) not in (0, row.fence or 0)
             or row.expires is None
             or row.expires < now
         ):
@@ -439,16 +441,24 @@ class Model:
                 "operationId": op,
                 "token": row.token,
                 "expiresAt": row.expires,
+                "fence": row.fence or 0,
             }
         if row is None:
             row = self.ops[(run_id, op)] = MOp("lease", "running")
         row.state, row.outcome, row.token, row.expires = "running", None, NEW, now + ttl
-        return {"runId": run_id, "operationId": op, "token": NEW, "expiresAt": now + ttl}
+        row.fence = (row.fence or 0) + 1
+        return {
+            "runId": run_id,
+            "operationId": op,
+            "token": NEW,
+            "expiresAt": now + ttl,
+            "fence": row.fence,
+        }
 
     def renew_lease(self, lease: dict[str, Any], ttl: int, now: int) -> dict[str, Any]:
         row = self._live(lease, now)
         row.expires = now + ttl
-        return {**lease, "expiresAt": now + ttl}
+        return {**lease, "expiresAt": now + ttl, "fence": row.fence or 0}
 
     def assert_lease(self, lease: dict[str, Any], now: int) -> None:
         self._live(lease, now)
@@ -474,6 +484,8 @@ class Model:
             status["outcome"] = json.loads(row.outcome)
         if row.expires is not None:
             status["expiresAt"] = row.expires
+        if row.kind == "lease" and row.fence is not None:
+            status["fence"] = row.fence
         return status
 
     def recover_expired_leases(self, now: int) -> int:
@@ -506,7 +518,7 @@ class Model:
         )
         event_rows = sorted((r.run_id, *e) for r in self.runs.values() for e in r.events)
         op_rows = sorted(
-            (run_id, op, row.kind, row.state, row.outcome, row.token, row.expires)
+            (run_id, op, row.kind, row.state, row.outcome, row.token, row.expires, row.fence)
             for (run_id, op), row in self.ops.items()
         )
         binding_rows = sorted(
@@ -555,6 +567,7 @@ _COLUMNS = {
         operations.c.outcome_json,
         operations.c.lease_token,
         operations.c.lease_expires_at,
+        operations.c.lease_fence,
     ],
     "delivery_bindings": [
         delivery_bindings.c.run_id,
