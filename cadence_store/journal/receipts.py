@@ -45,6 +45,7 @@ OPERATION_COLUMNS: Final = (
     "outcome_json",
     "lease_token",
     "lease_expires_at",
+    "lease_fence",
 )
 
 RECEIPT_MISMATCH: Final = "operation-receipt-mismatch"
@@ -162,11 +163,12 @@ class ReceiptVerifier:
     def add(self, row: Sequence[Any]) -> None:
         if self.problem is not None:
             return
-        operation_id, kind, state, outcome_json, token, expires_at = row
+        operation_id, kind, state, outcome_json, token, expires_at, fence = row
         if (
             state == "committed"
             and token is None
             and expires_at is None
+            and fence is None
             and kind in JOURNAL_RECEIPT_KINDS
             and isinstance(outcome_json, str)
         ):
@@ -183,8 +185,17 @@ class ReceiptVerifier:
                 return
         if kind == LEASE_KIND:
             self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
+            if self.problem is None and (
+                not isinstance(fence, int) or isinstance(fence, bool) or fence < 1
+            ):
+                # every grant has a fence (adopted and pre-fence leases got 1)
+                self.problem = ReceiptProblem(
+                    operation_id, STATE_INVALID, "lease_fence", "a fence >= 1", fence
+                )
             return
         self.problem = _receipt_shape(operation_id, kind, state, token, expires_at)
+        if self.problem is None and fence is not None:
+            self.problem = ReceiptProblem(operation_id, STATE_INVALID, "lease_fence", None, fence)
         if self.problem is not None:
             return
         # a committed receipt whose outcome names no sequence: not a projection
@@ -240,7 +251,7 @@ def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptP
             exact = js_stringify(projection)
         except JsonValueError:
             pass
-    for operation_id, kind, _, outcome_json, _, _ in rows:
+    for operation_id, kind, _, outcome_json, *_ in rows:
         if kind not in JOURNAL_RECEIPT_KINDS or _claimed_sequence(outcome_json) != sequence:
             continue
         if projection is None:
