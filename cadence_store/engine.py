@@ -10,6 +10,7 @@ own transactions on an unconfigured engine send `BEGIN IMMEDIATE` on their conne
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,13 +84,27 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
         engine.dispose()
         # no file can have this name (the driver would raise a bare ValueError)
         raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
+    use_store_pragmas(engine)
+    return engine
+
+
+def use_store_pragmas(engine: Engine) -> None:
+    """On SQLite, give each new connection of cadence-store's own `engine` (an async
+    engine's `sync_engine` too) foreign_keys, busy_timeout and synchronous=FULL."""
     if is_sqlite(engine):
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             _set_session_pragmas(dbapi_connection, wal=False)
 
-    return engine
+
+def missing_sqlite_file(engine: Engine) -> str | None:
+    """The path of a SQLite file database that does not exist (connecting would create an
+    empty one), else None."""
+    database = engine.url.database
+    if not is_sqlite(engine) or database in (None, "", ":memory:") or database.startswith("file:"):
+        return None
+    return None if os.path.exists(database) else database
 
 
 def enable_wal(connection: Connection) -> None:

@@ -19,12 +19,8 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -41,6 +37,11 @@ from .errors import (
 )
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
+
+if TYPE_CHECKING:
+    # Alembic is imported where a migration or a revision lookup needs it, not at import:
+    # `import cadence_store` (the pytest plugin loads it in every run) stays cheap.
+    from alembic.config import Config
 
 VERSION_TABLE: Final = "cadence_store_version"
 SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -61,6 +62,8 @@ def script_location() -> str:
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", script_location())
     if connection is not None:
@@ -70,6 +73,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     heads = ScriptDirectory.from_config(alembic_config()).get_heads()
     if len(heads) != 1:
         raise MigrationError("run-store-migration-failed", f"expected one head, found {heads}")
@@ -99,6 +104,8 @@ def _version_options(schema: str | None) -> dict[str, Any]:
 
 def current_revision(connection: Connection, schema: str | None = None) -> str | None:
     """The cadence-store revision of a database (None when it has none)."""
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(connection, opts=_version_options(schema))
     heads = context.get_current_heads()
     return heads[0] if heads else None
@@ -125,6 +132,9 @@ def adopt_if_needed(connection: Connection) -> str | None:
     (or already versioned). Raises `StoreFormatError` for anything else, having only read.
     Must run inside the upgrade transaction.
     """
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     schema = store_schema(connection)
     names = set(inspect(connection).get_table_names(schema=schema))
     clashing = names & legacy.CADENCE_TABLE_NAMES
@@ -221,6 +231,8 @@ def upgrade(
     `schema` (PostgreSQL) keeps the cadence tables and their version table in their own
     schema. Returns the revision the database is at afterwards.
     """
+    from alembic import command
+
     engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
     try:
         with migration_transaction(engine, schema) as connection:
@@ -238,6 +250,8 @@ def upgrade(
 
 def downgrade(bind: str | URL | Engine, revision: str, *, schema: str | None = None) -> str | None:
     """Step a database back to `revision`."""
+    from alembic import command
+
     engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
     try:
         with migration_transaction(engine, schema) as connection:

@@ -13,7 +13,6 @@ until a primary answers or `failover_timeout_s` passes (`failover.py`). Reads go
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 import uuid
@@ -26,7 +25,14 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
-from .engine import create_store_engine, enable_wal, is_sqlite, masked_url, read_snapshot
+from .engine import (
+    create_store_engine,
+    enable_wal,
+    is_sqlite,
+    masked_url,
+    missing_sqlite_file,
+    read_snapshot,
+)
 from .errors import (
     InvalidInputError,
     SchemaOutOfDateError,
@@ -73,13 +79,6 @@ from .unit_of_work import UnitOfWork
 T = TypeVar("T")
 MAX_ATTEMPTS: Final = 8
 Write = Callable[[Session], object]
-
-
-def _missing_sqlite_file(engine: Engine) -> str | None:
-    database = engine.url.database
-    if not is_sqlite(engine) or database in (None, "", ":memory:") or database.startswith("file:"):
-        return None
-    return None if os.path.exists(database) else database
 
 
 class RunStore:
@@ -131,7 +130,7 @@ class RunStore:
             database=masked_url(self.engine.url),
             forget_connections=self._forget_connections,
         )
-        missing = _missing_sqlite_file(self.engine)
+        missing = missing_sqlite_file(self.engine)
         if missing is not None:
             self._dispose()
             # connecting would create an empty file; there is no store to use here

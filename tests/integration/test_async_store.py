@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from support import ROOT_HASH, FakeClock, table_snapshot
 
 import cadence_store
-import cadence_store.async_store
+import cadence_store.async_store.store
 import cadence_store.repository
 import cadence_store.store
 from cadence_store import (
@@ -82,7 +82,7 @@ def deterministic_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     # the repository makes run ids and tokens; RunStore picks a lease's token once per call
     monkeypatch.setattr(cadence_store.repository, "uuid", Ids)
     monkeypatch.setattr(cadence_store.store, "uuid", Ids)
-    monkeypatch.setattr(cadence_store.async_store, "uuid", Ids)
+    monkeypatch.setattr(cadence_store.async_store.store, "uuid", Ids)
     return restart
 
 

@@ -123,3 +123,16 @@ def test_collection_alone_touches_no_database(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "5 tests collected" in result.stdout
     assert not list(tmp_path.rglob("*.sqlite3"))
+
+
+def test_loading_the_plugin_does_not_import_alembic_or_the_async_api() -> None:
+    # every pytest run of an installed environment loads the plugin, hence `cadence_store`
+    probe = (
+        "import sys, cadence_store.testing; "
+        "print(sorted(m for m in ('alembic', 'cadence_store.async_store') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

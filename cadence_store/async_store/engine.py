@@ -1,0 +1,43 @@
+"""Async engines: the async driver of a URL, and cadence-store's own `AsyncEngine`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ..engine import parse_url, use_store_pragmas
+from ..errors import InvalidInputError
+
+# A synchronous driver's URL names the async driver of the same database.
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+pysqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",
+}
+
+
+def async_database_url(url: str | URL) -> URL:
+    """`url` with an async driver: `sqlite` → `sqlite+aiosqlite`, `postgresql` →
+    `postgresql+psycopg` (psycopg 3 serves both; SQLAlchemy picks its async mode)."""
+    parsed = parse_url(url)
+    driver = _ASYNC_DRIVERS.get(parsed.drivername)
+    return parsed if driver is None else parsed.set(drivername=driver)
+
+
+def create_async_store_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
+    """An `AsyncEngine` for cadence-store's own use (the SQLite pragmas of
+    `create_store_engine`, set on each new connection)."""
+    try:
+        engine = create_async_engine(async_database_url(url), **engine_options)
+    except (ImportError, NoSuchModuleError, ArgumentError, InvalidRequestError, TypeError) as error:
+        # an unknown dialect, a driver that is not installed or not async, bad options
+        raise InvalidInputError("invalid-database-url", type(error).__name__) from None
+    use_store_pragmas(engine.sync_engine)
+    return engine
+
+
+__all__ = ["async_database_url", "create_async_store_engine"]

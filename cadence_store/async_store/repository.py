@@ -1,0 +1,135 @@
+"""`AsyncRunRepository`: the journal's rules inside a caller's `AsyncSession` transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from ..failures import WRITE, database_errors
+from ..journal.values import BindDelivery
+from ..repository import Clock, RunRepository
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _awaitable(
+    method: Callable[Concatenate[RunRepository, P], R],
+) -> Callable[Concatenate[AsyncRunRepository, P], Coroutine[Any, Any, R]]:
+    """`RunRepository.method` as a coroutine method of `AsyncRunRepository` (its errors
+    are already coded: the sync method is behind the error boundary)."""
+
+    async def call(self: AsyncRunRepository, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self.run(lambda runs: method(runs, *args, **kwargs))
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"AsyncRunRepository.{method.__name__}"
+    call.__doc__ = method.__doc__
+    return call
+
+
+class AsyncRunRepository:
+    """The journal's rules inside a caller's `AsyncSession` transaction; it never commits.
+
+    Each method is the `RunRepository` method of the same name, run on the session's
+    connection through `run_sync`. `schema`: the PostgreSQL schema of cadence-store's
+    tables; the session's own statements (a host's rows) are not redirected there.
+    """
+
+    def __init__(
+        self,
+        session: AsyncSession,
+        *,
+        root_hash: str | None = None,
+        clock: Clock | None = None,
+        schema: str | None = None,
+    ) -> None:
+        self._session: AsyncSession | None = session
+        self._session_factory: Callable[[], AsyncSession] | None = None
+        self._runner: AsyncSession | AsyncConnection = session
+        self.sync = RunRepository(
+            session.sync_session, root_hash=root_hash, clock=clock, schema=schema
+        )
+
+    @classmethod
+    def on_connection(
+        cls,
+        connection: AsyncConnection,
+        session_factory: Callable[[], AsyncSession],
+        *,
+        root_hash: str | None = None,
+        clock: Clock | None = None,
+        schema: str | None = None,
+    ) -> AsyncRunRepository:
+        """A repository on a connection whose transaction its owner (a unit of work)
+        manages; the `AsyncSession` is made only if someone asks for `.session`."""
+        repository = cls.__new__(cls)
+        repository._session = None
+        repository._session_factory = session_factory
+        repository._runner = connection
+        sync_connection = connection.sync_connection
+        assert sync_connection is not None  # a started connection
+        repository.sync = RunRepository.on_connection(
+            sync_connection,
+            lambda: session_factory().sync_session,
+            root_hash=root_hash,
+            clock=clock,
+            schema=schema,
+        )
+        return repository
+
+    @property
+    def session(self) -> AsyncSession:
+        if self._session is None:
+            assert self._session_factory is not None
+            self._session = self._session_factory()
+        return self._session
+
+    @property
+    def root_hash(self) -> str | None:
+        return self.sync.root_hash
+
+    @property
+    def schema(self) -> str | None:
+        return self.sync.schema
+
+    async def run(self, work: Callable[[RunRepository], T]) -> T:
+        """`work(repository)` on the synchronous repository, inside this transaction.
+
+        The repository's methods fail coded already; a driver error of `work`'s own (a
+        host's statement) is coded as a write failure, as in a unit of work."""
+        sync = self.sync
+        with database_errors(WRITE):
+            return await self._runner.run_sync(lambda _: work(sync))
+
+    def check_deliveries(self, inputs: object) -> list[BindDelivery]:
+        """Validate the inputs of `bind_deliveries_atomically` (no database work)."""
+        return self.sync.check_deliveries(inputs)
+
+    start_run = _awaitable(RunRepository.start_run)
+    bind_change = _awaitable(RunRepository.bind_change)
+    bind_delivery = _awaitable(RunRepository.bind_delivery)
+    bind_deliveries = _awaitable(RunRepository.bind_deliveries)
+    transition = _awaitable(RunRepository.transition)
+    transition_once = _awaitable(RunRepository.transition_once)
+    acquire_lease = _awaitable(RunRepository.acquire_lease)
+    renew_lease = _awaitable(RunRepository.renew_lease)
+    assert_lease = _awaitable(RunRepository.assert_lease)
+    commit_lease = _awaitable(RunRepository.commit_lease)
+    interrupt_lease = _awaitable(RunRepository.interrupt_lease)
+    inspect_operation = _awaitable(RunRepository.inspect_operation)
+    recover_expired_leases = _awaitable(RunRepository.recover_expired_leases)
+    status = _awaitable(RunRepository.status)
+    list_events = _awaitable(RunRepository.list_events)
+    rebuild_projection = _awaitable(RunRepository.rebuild_projection)
+    verify_integrity = _awaitable(RunRepository.verify_integrity)
+    run_ids = _awaitable(RunRepository.run_ids)
+    list_runs = _awaitable(RunRepository.list_runs)
+    run_detail = _awaitable(RunRepository.run_detail)
+    counts = _awaitable(RunRepository.counts)
+
+
+__all__ = ["AsyncRunRepository"]
