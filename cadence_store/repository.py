@@ -847,12 +847,11 @@ class RunRepository:
     def _replay_chain(self, run_id: str) -> Document:
         verifier = ChainVerifier()
         try:
-            feed = verifier.feed
+            feed = verifier.feed_json
             for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
                 run_id
             ):
-                payload = _event_payload(payload_json, run_id, sequence)
-                feed(sequence, type_, payload, event_hash, prior_hash)
+                feed(sequence, type_, payload_json, event_hash, prior_hash)
             return verifier.result()
         except JournalIntegrityError as error:
             error.run_id = run_id

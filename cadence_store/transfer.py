@@ -43,6 +43,8 @@ from .errors import (
 from .failures import translate_database_error
 from .journal import ChainVerifier, hash_event
 from .journal.canonical import JsonValueError
+from .journal.events import hash_canonical_event
+from .journal.stored_json import decode_payload
 from .journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from .journal.verification import stored_difference
 from .models import delivery_bindings, events, operations, runs
@@ -376,7 +378,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 message="event missing or out of order",
             )
         try:
-            payload = json.loads(row["payload_json"])
+            payload, canonical = decode_payload(row["payload_json"])
         except ValueError:
             return _failure(record, line, chain, sequence=sequence, message="payload is not JSON")
         if row["prior_hash"] != verifier.prior_hash:
@@ -390,7 +392,11 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 stored=row["prior_hash"],
             )
         try:
-            computed = hash_event(sequence, row["type"], payload, row["prior_hash"])
+            computed = (
+                None
+                if canonical is None
+                else hash_canonical_event(sequence, row["type"], canonical, row["prior_hash"])
+            ) or hash_event(sequence, row["type"], payload, row["prior_hash"])
         except (JsonValueError, RecursionError):
             return _failure(record, line, chain, sequence=sequence, message="payload not hashable")
         if computed != row["event_hash"]:
@@ -403,8 +409,8 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 expected=computed,
                 stored=row["event_hash"],
             )
-        try:
-            verifier.feed(sequence, row["type"], payload, row["event_hash"], row["prior_hash"])
+        try:  # sequence, link and hash are checked above
+            verifier.advance(sequence, row["type"], payload, row["event_hash"])
         except (JournalIntegrityError, InvalidTransitionError) as error:
             return _failure(
                 record, line, error.code, sequence=sequence, message=f"{row['type']} event"
