@@ -1,0 +1,150 @@
+"""Verifying many runs, across processes (`cadence-store verify --jobs N`).
+
+Runs are independent chains, so N worker processes each verify a share of them, each on
+its own connection and in its own read snapshots, exactly as `RunStore.verify_integrity`
+does in one process; the results come back in the order of the run ids. A run that fails
+is diagnosed (`transfer.check_record` on its rows) so that the report names the first bad
+sequence and what differs.
+
+Workers are forked where the platform can (they start at once, with the library already
+imported; spawning would re-import it, about as long as verifying 100,000 events), and they
+connect with the store's URL and schema, never through the parent's connections.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.pool
+import multiprocessing.util
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+from sqlalchemy import Engine
+
+from .engine import create_store_engine
+from .errors import CadenceStoreError, InvalidInputError, JournalIntegrityError
+from .store import RunStore
+from .transfer import RunCheck, check_record, read_record
+
+__all__ = ["diagnose_run", "verify_run", "verify_runs"]
+
+# runs per task handed to a worker: big enough to amortise the round trip, small enough
+# to keep both workers busy to the end
+_MAX_CHUNK: Final = 64
+
+
+def diagnose_run(store: RunStore, run_id: str, error: JournalIntegrityError) -> RunCheck:
+    """What differs in a run that failed `verify_integrity` (the first bad sequence and
+    the stored value), falling back to the error's own code and sequence."""
+    with store.engine.connect() as connection:
+        record = read_record(connection, run_id)
+        connection.rollback()
+    if record is not None:
+        check = check_record(record)
+        if not check.ok:
+            return check
+    return RunCheck(
+        run_id=run_id,
+        ok=False,
+        code=error.code,
+        sequence=error.sequence,
+        message=error.detail,
+    )
+
+
+def verify_run(store: RunStore, run_id: str) -> RunCheck:
+    """`store.verify_integrity(run_id)` as a verdict: ok, or diagnosed."""
+    try:
+        store.verify_integrity(run_id)
+    except JournalIntegrityError as error:
+        return diagnose_run(store, run_id, error)
+    return RunCheck(run_id=run_id, ok=True)
+
+
+def verify_runs(
+    store: RunStore,
+    run_ids: Sequence[str] | None = None,
+    *,
+    jobs: int = 1,
+    on_result: Callable[[RunCheck], object] | None = None,
+) -> list[RunCheck]:
+    """Verify `run_ids` (default: every run) with `jobs` processes; one `RunCheck` per
+    run, in the order of `run_ids`. `on_result` is called as each verdict arrives.
+
+    With `jobs=1` everything happens in this process, on `store`. A failure other than a
+    run that does not verify (busy, unavailable, a run that vanished) is raised as the
+    `CadenceStoreError` it was, whichever process met it.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InvalidInputError("invalid-jobs", "jobs must be a positive integer")
+    ids = list(store.run_ids() if run_ids is None else run_ids)
+    results: list[RunCheck] = []
+    for check in _verdicts(store, ids, jobs):
+        results.append(check)
+        if on_result is not None:
+            on_result(check)
+    return results
+
+
+def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
+    jobs = min(jobs, len(ids))
+    if jobs <= 1:
+        for run_id in ids:
+            yield verify_run(store, run_id)
+        return
+    size = max(1, min(_MAX_CHUNK, len(ids) // (jobs * 4)))
+    chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
+    url = store.engine.url.render_as_string(hide_password=False)
+    options = dict(store.engine.get_execution_options())
+    pool = _context().Pool(jobs, initializer=_start_worker, initargs=(url, options))
+    try:
+        for outcome in pool.imap(_verify_chunk, chunks):
+            if isinstance(outcome, _Failure):
+                raise outcome.error()
+            yield from outcome
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()  # workers finish and close their connections
+    pool.join()
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+class _Failure:
+    """A `CadenceStoreError` carried back from a worker (its class, code and fields;
+    pickling the exception itself would rebuild it with the wrong arguments)."""
+
+    def __init__(self, error: CadenceStoreError) -> None:
+        self.kind = type(error)
+        self.args = error.args
+        self.state = dict(vars(error))
+
+    def error(self) -> CadenceStoreError:
+        error = self.kind.__new__(self.kind)
+        error.args = self.args
+        error.__dict__.update(self.state)
+        return error
+
+
+_worker_store: RunStore | None = None
+
+
+def _start_worker(url: str, options: dict[str, Any]) -> None:
+    global _worker_store
+    engine: Engine = create_store_engine(url)
+    multiprocessing.util.Finalize(None, engine.dispose, exitpriority=10)
+    _worker_store = RunStore(engine.execution_options(**options) if options else engine)
+
+
+def _verify_chunk(run_ids: list[str]) -> list[RunCheck] | _Failure:
+    store = _worker_store
+    assert store is not None
+    try:
+        return [verify_run(store, run_id) for run_id in run_ids]
+    except CadenceStoreError as error:
+        return _Failure(error)
