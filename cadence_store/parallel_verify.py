@@ -14,15 +14,20 @@ connect with the store's URL and schema, never through the parent's connections.
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.pool
-import multiprocessing.util
+import multiprocessing.process
+import queue
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from sqlalchemy import Engine
 
 from .engine import create_store_engine
-from .errors import CadenceStoreError, InvalidInputError, JournalIntegrityError
+from .errors import (
+    CadenceStoreError,
+    InvalidInputError,
+    JournalIntegrityError,
+    StoreUnavailableError,
+)
 from .store import RunStore
 from .transfer import RunCheck, check_record, read_record
 
@@ -92,22 +97,78 @@ def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
         for run_id in ids:
             yield verify_run(store, run_id)
         return
+    # this process is one of the jobs (on `store`), jobs - 1 workers are the others; all
+    # claim chunks from one counter, so a long run does not leave a worker idle
     size = max(1, min(_MAX_CHUNK, len(ids) // (jobs * 4)))
     chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
+    context = _context()
+    claimed = context.Value("l", 0)
+    outcomes = context.Queue()
     url = store.engine.url.render_as_string(hide_password=False)
     options = dict(store.engine.get_execution_options())
-    pool = _context().Pool(jobs, initializer=_start_worker, initargs=(url, options))
+    workers = [
+        context.Process(
+            target=_work,
+            args=(url, options, chunks, claimed, outcomes),
+            name=f"cadence-verify-{number}",
+            daemon=True,
+        )
+        for number in range(1, jobs)
+    ]
+    finished: dict[int, list[RunCheck] | _Failure] = {}
+    emitted = 0
     try:
-        for outcome in pool.imap(_verify_chunk, chunks):
-            if isinstance(outcome, _Failure):
-                raise outcome.error()
-            yield from outcome
-    except BaseException:
-        pool.terminate()
-        pool.join()
-        raise
-    pool.close()  # workers finish and close their connections
-    pool.join()
+        for worker in workers:
+            worker.start()
+        while emitted < len(chunks):
+            index = _claim(claimed, len(chunks))
+            if index is not None:
+                finished[index] = _verify_chunk(store, chunks[index])
+            while True:  # collect what the workers have sent meanwhile
+                try:
+                    number, outcome = outcomes.get(block=index is None, timeout=_POLL_S)
+                except queue.Empty:
+                    if index is None:
+                        _check_alive(workers)
+                    break
+                finished[number] = outcome
+                if index is not None:
+                    continue
+                break
+            while emitted in finished:
+                outcome = finished.pop(emitted)
+                if isinstance(outcome, _Failure):
+                    raise outcome.error()
+                emitted += 1
+                yield from outcome
+    finally:
+        for worker in workers:
+            if worker.is_alive() and emitted < len(chunks):
+                worker.terminate()
+            worker.join()
+        outcomes.close()
+        outcomes.join_thread()
+
+
+_POLL_S: Final = 0.5
+
+
+def _claim(claimed: Any, count: int) -> int | None:
+    with claimed.get_lock():
+        index = int(claimed.value)
+        if index >= count:
+            return None
+        claimed.value = index + 1
+        return index
+
+
+def _check_alive(workers: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    for worker in workers:
+        if worker.exitcode not in (None, 0):
+            raise StoreUnavailableError(
+                "run-store-unavailable",
+                f"verification worker {worker.name} exited with code {worker.exitcode}",
+            )
 
 
 def _context() -> Any:
@@ -131,20 +192,27 @@ class _Failure:
         return error
 
 
-_worker_store: RunStore | None = None
-
-
-def _start_worker(url: str, options: dict[str, Any]) -> None:
-    global _worker_store
-    engine: Engine = create_store_engine(url)
-    multiprocessing.util.Finalize(None, engine.dispose, exitpriority=10)
-    _worker_store = RunStore(engine.execution_options(**options) if options else engine)
-
-
-def _verify_chunk(run_ids: list[str]) -> list[RunCheck] | _Failure:
-    store = _worker_store
-    assert store is not None
+def _verify_chunk(store: RunStore, run_ids: list[str]) -> list[RunCheck] | _Failure:
     try:
         return [verify_run(store, run_id) for run_id in run_ids]
     except CadenceStoreError as error:
         return _Failure(error)
+
+
+def _work(
+    url: str, options: dict[str, Any], chunks: list[list[str]], claimed: Any, outcomes: Any
+) -> None:
+    """A worker process: its own engine, chunks claimed until none is left."""
+    engine: Engine = create_store_engine(url)
+    try:
+        try:
+            store = RunStore(engine.execution_options(**options) if options else engine)
+        except CadenceStoreError as error:
+            index = _claim(claimed, len(chunks))
+            if index is not None:
+                outcomes.put((index, _Failure(error)))
+            return
+        while (index := _claim(claimed, len(chunks))) is not None:
+            outcomes.put((index, _verify_chunk(store, chunks[index])))
+    finally:
+        engine.dispose()
