@@ -219,8 +219,16 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(engines: list[str], quick: bool, rounds: int | None = None) -> dict[str, Any]:
-    """Both workloads on each engine (also called by `python -m benchmarks`)."""
+def run(
+    engines: list[str],
+    quick: bool,
+    rounds: int | None = None,
+    *,
+    pg_url: str | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """Both workloads on each engine (also called by `python -m benchmarks`, which passes
+    its PostgreSQL server and work directory)."""
     events, small = (10_000, 5_000) if quick else (50_000, 5_000)
     runs = 200 if quick else 1_000
     results: dict[str, Any] = {
@@ -232,10 +240,13 @@ def run(engines: list[str], quick: bool, rounds: int | None = None) -> dict[str,
         "engines": {},
     }
     with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-vbench-")))
-        pg_url = stack.enter_context(postgres_server()) if "postgresql" in engines else None
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-v-")))
+        if pg_url is None and "postgresql" in engines:
+            pg_url = stack.enter_context(postgres_server())
         for name in engines:
             engine = Engine(name, workdir, pg_url)
+            engine.count = 1_000  # database names apart from those of `python -m benchmarks`
             print(f"[{name}] verify_integrity on one {events}-event run ...", flush=True)
             section = {"one_run": bench_one_run(engine, events, small, rounds or 5)}
             print(f"[{name}] verify a store of {runs} runs x 100 events, 1 and 2 jobs ...")
