@@ -276,7 +276,8 @@ class ChainVerifier:
 
     def advance(self, sequence: int, type_: str, payload: Any, hash_: str) -> None:
         """Fold one event whose sequence, link and hash the caller has already checked."""
-        fields = payload if isinstance(payload, Mapping) else {}
+        # `type(...) is dict` first: the ABC check is slow, and payloads are dicts
+        fields = payload if type(payload) is dict or isinstance(payload, Mapping) else {}
         try:
             self.projection = _fold(self.projection, sequence, type_, fields, hash_, owned=True)
         except (JournalIntegrityError, InvalidTransitionError) as error:
