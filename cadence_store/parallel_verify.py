@@ -8,7 +8,9 @@ sequence and what differs.
 
 Workers are forked where the platform can (they start at once, with the library already
 imported; spawning would re-import it, about as long as verifying 100,000 events), and they
-connect with the store's URL and schema, never through the parent's connections.
+connect with the store's URL and schema, never through the parent's connections: the
+store's pool is emptied before the fork (`Engine.dispose`; connections a caller holds
+checked out stay open and are never touched by a worker).
 """
 
 from __future__ import annotations
@@ -117,6 +119,10 @@ def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
     ]
     finished: dict[int, list[RunCheck] | _Failure] = {}
     emitted = 0
+    # no open connection may be inherited: SQLite keeps per-process lock state for a file
+    # (a forked copy would be wrong), and a driver's cleanup in a child would end the
+    # parent's session; the pool reconnects afterwards
+    store.engine.dispose()
     try:
         for worker in workers:
             worker.start()
