@@ -819,10 +819,18 @@ class RunRepository:
 
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
-        fetched in batches (a chain is never loaded whole)."""
+        fetched in pages of EVENT_BATCH (a chain is never loaded whole)."""
         connection = self._connection()
         try:
-            yield from Statements(connection).stream("events_of_run", EVENT_BATCH, run_id=run_id)
+            sql = Statements(connection)
+            page = sql.all("events_of_run_page", run_id=run_id, limit=EVENT_BATCH)
+            while page:
+                yield from page
+                if len(page) < EVENT_BATCH:
+                    break
+                page = sql.all(
+                    "events_of_run_after", run_id=run_id, after=page[-1][0], limit=EVENT_BATCH
+                )
         except Exception as error:
             if is_database_error(error, connection.dialect.loaded_dbapi):
                 raise translate_database_error(error) from error
