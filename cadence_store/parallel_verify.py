@@ -33,7 +33,7 @@ from .errors import (
 from .store import RunStore
 from .transfer import RunCheck, check_record, read_record
 
-__all__ = ["diagnose_run", "verify_run", "verify_runs"]
+__all__ = ["diagnose_run", "verify_runs"]
 
 # runs per task handed to a worker: big enough to amortise the round trip, small enough
 # to keep both workers busy to the end
@@ -57,15 +57,6 @@ def diagnose_run(store: RunStore, run_id: str, error: JournalIntegrityError) -> 
         sequence=error.sequence,
         message=error.detail,
     )
-
-
-def verify_run(store: RunStore, run_id: str) -> RunCheck:
-    """`store.verify_integrity(run_id)` as a verdict: ok, or diagnosed."""
-    try:
-        store.verify_integrity(run_id)
-    except JournalIntegrityError as error:
-        return diagnose_run(store, run_id, error)
-    return RunCheck(run_id=run_id, ok=True)
 
 
 def verify_runs(
@@ -94,8 +85,9 @@ def verify_runs(
 
 
 def _checks(store: RunStore, run_ids: list[str]) -> list[RunCheck]:
-    """`verify_run` of each run, all in one read snapshot: on PostgreSQL a snapshot costs
-    three round trips (begin, isolation, rollback), as many as verifying a short run."""
+    """`verify_integrity` of each run as a verdict (ok, or diagnosed), all in one read
+    snapshot: on PostgreSQL a snapshot costs three round trips (begin, isolation,
+    rollback), as many as verifying a short run."""
     checks = []
     with store._reading() as repository:  # the store's own read transaction
         for run_id in run_ids:
