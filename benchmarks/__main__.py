@@ -609,8 +609,16 @@ def main(argv: list[str] | None = None) -> int:
                     results["machine"]["postgresql"] = connection.exec_driver_sql(
                         "SHOW server_version"
                     ).scalar()
+        print("verification (benchmarks.verify) ...", flush=True)
+        from . import verify as verification
+
+        results["verification"] = verification.run(
+            engines, quick, rounds=3 if quick else 5, pg_url=pg_url, workdir=workdir
+        )
     print()
     print(table(results))
+    print()
+    print(verification.table(results["verification"]))
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {args.out}")
     if chart(results, HERE / "append-cost.png"):

@@ -32,12 +32,12 @@ from .engine import create_store_engine, masked_url, parse_url
 from .errors import (
     CadenceStoreError,
     InvalidInputError,
-    JournalIntegrityError,
     StoreUnavailableError,
 )
 from .failures import READ, database_errors, translate_database_error
 from .journal import RUN_STAGES, RUN_STATES, js_stringify
 from .journal.views import StoreCounts
+from .parallel_verify import verify_runs
 from .schema import current_revision, head_revision, schema_options, upgrade_command
 from .schema import upgrade as upgrade_database
 from .state_root import resolve_state_root
@@ -47,12 +47,10 @@ from .transfer import (
 )
 from .transfer import (
     RunCheck,
-    check_record,
     copy_store,
     export_store,
     import_store,
     iter_verify_export,
-    read_record,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -550,24 +548,6 @@ def list_events(run_id: str, url: str | None, as_json: bool) -> None:
 # -- verification ---------------------------------------------------------------------------
 
 
-def _diagnose(store: RunStore, run_id: str, error: JournalIntegrityError) -> RunCheck:
-    """What differs in a run that failed `verify_integrity`."""
-    with store.engine.connect() as connection:
-        record = read_record(connection, run_id)
-        connection.rollback()
-    if record is not None:
-        check = check_record(record)
-        if not check.ok:
-            return check
-    return RunCheck(
-        run_id=run_id,
-        ok=False,
-        code=error.code,
-        sequence=error.sequence,
-        message=error.detail,
-    )
-
-
 def _report_checks(results: Sequence[RunCheck], label: str) -> None:
     broken = [check for check in results if not check.ok]
     for check in broken:
@@ -602,13 +582,23 @@ def _verify_file(path: str) -> None:
     metavar="FILE",
     help="Check an export file offline instead (no database; '-' reads standard input).",
 )
-def verify(run_ids: Sequence[str], url: str | None, file_: str | None) -> None:
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Verify the database's runs across N processes.",
+)
+def verify(run_ids: Sequence[str], url: str | None, file_: str | None, jobs: int) -> None:
     """Verify hash chains and stored projections (all runs, or the ones named).
 
     Names every broken run, its first bad sequence and what differs; exits 1 if any.
 
     \b
     Example: cadence-store verify --url sqlite:///control.sqlite3
+    Example: cadence-store verify --jobs 2 --url postgresql+psycopg://app@db/cadence
     Example: cadence-store verify --file runs.jsonl
     """
     if file_ is not None:
@@ -616,20 +606,13 @@ def verify(run_ids: Sequence[str], url: str | None, file_: str | None) -> None:
             raise click.UsageError("--file checks a whole export; do not name runs with it")
         _verify_file(file_)
         return
-    results: list[RunCheck] = []
     with opened(url) as store:
         ids = list(run_ids) if run_ids else store.run_ids()
         for run_id in run_ids:
             store.status(run_id)  # an unknown id is a usage error, before any work
         with _progress() as bar:
             task = bar.add_task("verifying runs", total=len(ids))
-            for run_id in ids:
-                try:
-                    store.verify_integrity(run_id)
-                    results.append(RunCheck(run_id=run_id, ok=True))
-                except JournalIntegrityError as error:
-                    results.append(_diagnose(store, run_id, error))
-                bar.advance(task)
+            results = verify_runs(store, ids, jobs=jobs, on_result=lambda _: bar.advance(task))
         label = describe(store)
     _report_checks(results, label)
 

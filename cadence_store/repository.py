@@ -966,8 +966,16 @@ class RunRepository:
     @coded(READ)
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
-        fetched in batches (a chain is never loaded whole)."""
-        yield from self._read_statements().stream("events_of_run", EVENT_BATCH, run_id=run_id)
+        fetched in pages of EVENT_BATCH (a chain is never loaded whole)."""
+        sql = self._read_statements()
+        page = sql.all("events_of_run_page", run_id=run_id, limit=EVENT_BATCH)
+        while page:
+            yield from page
+            if len(page) < EVENT_BATCH:
+                break
+            page = sql.all(
+                "events_of_run_after", run_id=run_id, after=page[-1][0], limit=EVENT_BATCH
+            )
 
     @coded(READ)
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
@@ -998,12 +1006,11 @@ class RunRepository:
         verifier = ChainVerifier()
         waiting = {} if receipts is None else receipts.waiting
         try:
-            feed = verifier.feed
+            feed = verifier.feed_json
             for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
                 run_id
             ):
-                payload = _event_payload(payload_json, run_id, sequence)
-                feed(sequence, type_, payload, event_hash, prior_hash)
+                feed(sequence, type_, payload_json, event_hash, prior_hash)
                 if sequence in waiting:
                     receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
             return verifier.result()

@@ -304,6 +304,17 @@ STATEMENTS["events_of_run"] = lambda _: (
     .where(events.c.run_id == bindparam("run_id"))
     .order_by(events.c.sequence)
 )
+# The same in pages of `limit` rows, keyed on the primary key: the first page, then the rows
+# after the last sequence seen. A short chain is one round trip on a plain cursor (a
+# server-side cursor on PostgreSQL costs four), a long one is never held whole.
+STATEMENTS["events_of_run_page"] = lambda dialect_name: STATEMENTS["events_of_run"](
+    dialect_name
+).limit(bindparam("limit"))  # type: ignore[attr-defined]
+STATEMENTS["events_of_run_after"] = lambda dialect_name: (
+    STATEMENTS["events_of_run"](dialect_name)  # type: ignore[attr-defined]
+    .where(events.c.sequence > bindparam("after"))
+    .limit(bindparam("limit"))
+)
 
 
 @dataclass(frozen=True, slots=True)

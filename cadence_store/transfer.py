@@ -42,8 +42,10 @@ from .errors import (
 from .failures import READ, WRITE, database_errors
 from .journal import ChainVerifier, hash_event
 from .journal.canonical import JsonValueError
+from .journal.events import hash_canonical_event
 from .journal.receipts import OPERATION_COLUMNS as OPERATION_CHECK_COLUMNS
 from .journal.receipts import ReceiptVerifier
+from .journal.stored_json import decode_payload
 from .journal.validation import is_storable
 from .journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from .journal.verification import stored_difference
@@ -430,7 +432,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 message="event missing or out of order",
             )
         try:
-            payload = json.loads(row["payload_json"])
+            payload, canonical = decode_payload(row["payload_json"])
         except (ValueError, RecursionError):
             return _failure(record, line, chain, sequence=sequence, message="payload is not JSON")
         if row["prior_hash"] != verifier.prior_hash:
@@ -444,7 +446,11 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 stored=row["prior_hash"],
             )
         try:
-            computed = hash_event(sequence, row["type"], payload, row["prior_hash"])
+            computed = (
+                None
+                if canonical is None
+                else hash_canonical_event(sequence, row["type"], canonical, row["prior_hash"])
+            ) or hash_event(sequence, row["type"], payload, row["prior_hash"])
         except (JsonValueError, RecursionError):
             return _failure(record, line, chain, sequence=sequence, message="payload not hashable")
         if computed != row["event_hash"]:
@@ -457,8 +463,8 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 expected=computed,
                 stored=row["event_hash"],
             )
-        try:
-            verifier.feed(sequence, row["type"], payload, row["event_hash"], row["prior_hash"])
+        try:  # sequence, link and hash are checked above
+            verifier.advance(sequence, row["type"], payload, row["event_hash"])
         except (JournalIntegrityError, InvalidTransitionError) as error:
             return _failure(
                 record, line, error.code, sequence=sequence, message=f"{row['type']} event"

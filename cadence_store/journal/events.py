@@ -27,6 +27,7 @@ EVENT_TYPES: Final = (
 # Strings JSON.stringify writes as they are, between quotes (printable ASCII, no `"` or `\`).
 _VERBATIM: Final = re.compile(r"[ !#-\[\]-~]*")
 _MAX_SAFE: Final = 2**53
+MAX_SAFE: Final = _MAX_SAFE
 
 
 def _json_string(value: str) -> str:
@@ -56,6 +57,36 @@ def hash_event(sequence: int, type_: str, payload: Mapping[str, Any], prior_hash
         }
         text = canonical_json(unsigned)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# the event types as JSON strings, for headers written directly
+EVENT_TYPE_JSON: Final = {name: f'"{name}"'.encode("ascii") for name in EVENT_TYPES}
+
+
+def hash_canonical_event(
+    sequence: int, type_: str, canonical_payload: bytes, prior_hash: str
+) -> str | None:
+    """`hash_event` of a payload whose canonical JSON (UTF-8) is already known, or None
+    when the header needs the general path (`hash_event`)."""
+    if not (
+        type(sequence) is int
+        and -_MAX_SAFE <= sequence <= _MAX_SAFE
+        and type(type_) is str
+        and type(prior_hash) is str
+    ):
+        return None
+    type_json = EVENT_TYPE_JSON.get(type_)
+    if type_json is None:
+        type_json = _json_string(type_).encode("utf-8")
+    # a hex hash (every prior hash of an intact chain) is written verbatim
+    if prior_hash.isascii() and prior_hash.isalnum():
+        prior_json = b'"%b"' % prior_hash.encode("ascii")
+    else:
+        prior_json = _json_string(prior_hash).encode("utf-8")
+    return hashlib.sha256(
+        b'{"payload":%b,"priorHash":%b,"sequence":%d,"type":%b}'
+        % (canonical_payload, prior_json, sequence, type_json)
+    ).hexdigest()
 
 
 def create_event(sequence: int, type: str, payload: Mapping[str, Any], prior_hash: str) -> RunEvent:

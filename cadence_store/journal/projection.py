@@ -10,13 +10,21 @@ whole.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from hashlib import sha256
 from typing import Any
 
 from ..errors import InvalidTransitionError, JournalIntegrityError
 from .canonical import JsonValueError, canonical_json, compare_canonical_strings
-from .events import ZERO_EVENT_HASH, hash_event
+from .events import (
+    EVENT_TYPE_JSON,
+    MAX_SAFE,
+    ZERO_EVENT_HASH,
+    hash_canonical_event,
+    hash_event,
+)
 from .states import RUN_STATES, TERMINAL_STATES, assert_transition
-from .validation import SHA256, is_safe_integer, is_sha256
+from .stored_json import decode_payload
+from .validation import is_safe_integer, is_sha256
 from .values import RunEvent, RunProjection
 
 Document = dict[str, Any]
@@ -73,7 +81,9 @@ def _created(projection: Document | None, sequence: int, payload: Mapping[str, A
     return document
 
 
-def _delivery_bound(projection: Document | None, payload: Mapping[str, Any]) -> Document:
+def _delivery_bound(
+    projection: Document | None, payload: Mapping[str, Any], owned: bool
+) -> Document:
     if projection is None:
         raise JournalIntegrityError("event-integrity-missing-run")
     gate = payload.get("gate")
@@ -103,7 +113,7 @@ def _delivery_bound(projection: Document | None, payload: Mapping[str, Any]) -> 
         != canonical_json(binding.get("approvalProof"))
     ):
         raise JournalIntegrityError("event-integrity-delivery-conflict")
-    result = dict(projection)
+    result = projection if owned else dict(projection)
     if existing is None:
         result["deliveryBindings"] = sorted([*bindings, binding], key=_binding_order)
     previous = projection.get("deliveryRevision")
@@ -111,7 +121,7 @@ def _delivery_bound(projection: Document | None, payload: Mapping[str, Any]) -> 
     return result
 
 
-def _transitioned(projection: Document | None, payload: Mapping[str, Any]) -> Document:
+def _transitioned(projection: Document | None, payload: Mapping[str, Any], owned: bool) -> Document:
     if projection is None:
         raise JournalIntegrityError("event-integrity-missing-run")
     source = payload.get("from")
@@ -120,7 +130,13 @@ def _transitioned(projection: Document | None, payload: Mapping[str, Any]) -> Do
         raise JournalIntegrityError("event-integrity-state-mismatch")
     assert isinstance(target, str)
     assert_transition(projection["state"], target)
-    result = {k: v for k, v in projection.items() if k not in ("pauseCode", "terminal")}
+    if owned:
+        # removed and set again below, so they move to the end as in cadence 1.x
+        result = projection
+        result.pop("pauseCode", None)
+        result.pop("terminal", None)
+    else:
+        result = {k: v for k, v in projection.items() if k not in ("pauseCode", "terminal")}
     result["state"] = target
     code = payload.get("code")
     if isinstance(code, str):
@@ -130,13 +146,13 @@ def _transitioned(projection: Document | None, payload: Mapping[str, Any]) -> Do
     return result
 
 
-def _interrupted(projection: Document | None) -> Document:
+def _interrupted(projection: Document | None, owned: bool) -> Document:
     if projection is None or projection["state"] in TERMINAL_STATES:
         raise JournalIntegrityError("event-integrity-interruption")
     target = "recovering" if projection["state"] == "applying" else "paused"
     if target != projection["state"]:
         assert_transition(projection["state"], target)
-    result = dict(projection)
+    result = projection if owned else dict(projection)
     result["state"] = target
     result["pauseCode"] = "operation-interrupted"
     return result
@@ -150,19 +166,38 @@ def apply_event(
     Returns a new object; `projection` is not modified. An unknown event type yields no
     projection, as it did in cadence 1.x.
     """
+    return _fold(projection, sequence, type_, payload, hash_, owned=False)
+
+
+def _fold(
+    projection: Document | None,
+    sequence: int,
+    type_: str,
+    payload: Mapping[str, Any],
+    hash_: str,
+    *,
+    owned: bool,
+) -> Document | None:
+    """`apply_event`; with `owned`, `projection` belongs to the caller's replay alone and
+    is updated in place (no copy per event). Every check runs before anything changes."""
     if type_ == "run-created":
         result = _created(projection, sequence, payload)
     elif type_ == "change-bound":
         if projection is None or projection.get("stage") != "abel-design":
             raise JournalIntegrityError("event-integrity-change-binding")
-        result = {k: v for k, v in projection.items() if k != "provisionalKey"}
-        result["change"] = _require_string(payload, "change")
+        change = _require_string(payload, "change")
+        if owned:
+            result = projection
+            result.pop("provisionalKey", None)
+        else:
+            result = {k: v for k, v in projection.items() if k != "provisionalKey"}
+        result["change"] = change
     elif type_ == "delivery-bound":
-        result = _delivery_bound(projection, payload)
+        result = _delivery_bound(projection, payload, owned)
     elif type_ == "state-transitioned":
-        result = _transitioned(projection, payload)
+        result = _transitioned(projection, payload, owned)
     elif type_ == "operation-interrupted":
-        result = _interrupted(projection)
+        result = _interrupted(projection, owned)
     else:
         return None
     result["sequence"] = sequence
@@ -171,11 +206,15 @@ def apply_event(
 
 
 class ChainVerifier:
-    """Replays one run's chain event by event: checks links and hashes, folds the projection."""
+    """Replays one run's chain event by event: checks links and hashes, folds the projection.
+
+    The projection it folds is its own (updated in place); `result()` hands it over.
+    """
 
     def __init__(self) -> None:
         self.projection: Document | None = None
         self.prior_hash = ZERO_EVENT_HASH
+        self._prior_ascii = ZERO_EVENT_HASH.encode("ascii")
         self.count = 0
 
     def feed(
@@ -185,12 +224,47 @@ class ChainVerifier:
             expected: str | None = hash_event(sequence, type_, payload, prior_hash)
         except JsonValueError:
             expected = None
+        self._check(sequence, hash_, prior_hash, expected)
+        self.advance(sequence, type_, payload, hash_)
+
+    def feed_json(
+        self, sequence: int, type_: str, payload_json: str, hash_: str, prior_hash: str
+    ) -> Any:
+        """`feed` an event as stored: its payload as JSON text (decoded on the C fast path
+        where that is proven exact, see `stored_json`). Returns the decoded payload."""
+        try:
+            payload, canonical = decode_payload(payload_json)
+        except (TypeError, ValueError, RecursionError):  # RecursionError: hostile nesting
+            raise JournalIntegrityError(
+                "event-integrity-hash-chain", "payload is not JSON", sequence=sequence
+            ) from None
+        expected = None
+        if canonical is not None and prior_hash == self.prior_hash:
+            # the hot path of verification, so the header is written here directly
+            type_json = EVENT_TYPE_JSON.get(type_)
+            if type_json is not None and type(sequence) is int and 0 < sequence <= MAX_SAFE:
+                expected = sha256(
+                    b'{"payload":%b,"priorHash":"%b","sequence":%d,"type":%b}'
+                    % (canonical, self._prior_ascii, sequence, type_json)
+                ).hexdigest()
+            else:
+                expected = hash_canonical_event(sequence, type_, canonical, prior_hash)
+        if expected is None:
+            try:
+                expected = hash_event(sequence, type_, payload, prior_hash)
+            except JsonValueError:
+                expected = None
+        self._check(sequence, hash_, prior_hash, expected)
+        self.advance(sequence, type_, payload, hash_)
+        return payload
+
+    def _check(self, sequence: int, hash_: str, prior_hash: str, expected: str | None) -> None:
+        # `expected` is a sha256 hexdigest (or None), so equality also proves `hash_` is one
         if (
             sequence != self.count + 1
             or isinstance(sequence, bool)
             or prior_hash != self.prior_hash
-            or not isinstance(hash_, str)
-            or SHA256.fullmatch(hash_) is None
+            or expected is None
             or expected != hash_
         ):
             raise JournalIntegrityError(
@@ -199,14 +273,19 @@ class ChainVerifier:
                 expected=expected if prior_hash == self.prior_hash else self.prior_hash,
                 actual=hash_ if prior_hash == self.prior_hash else prior_hash,
             )
-        fields = payload if isinstance(payload, Mapping) else {}
+
+    def advance(self, sequence: int, type_: str, payload: Any, hash_: str) -> None:
+        """Fold one event whose sequence, link and hash the caller has already checked."""
+        # `type(...) is dict` first: the ABC check is slow, and payloads are dicts
+        fields = payload if type(payload) is dict or isinstance(payload, Mapping) else {}
         try:
-            self.projection = apply_event(self.projection, sequence, type_, fields, hash_)
+            self.projection = _fold(self.projection, sequence, type_, fields, hash_, owned=True)
         except (JournalIntegrityError, InvalidTransitionError) as error:
             if isinstance(error, JournalIntegrityError) and error.sequence is None:
                 error.sequence = sequence
             raise
         self.prior_hash = hash_
+        self._prior_ascii = hash_.encode("ascii")  # a checked hexdigest
         self.count += 1
 
     def result(self) -> Document:

@@ -1,0 +1,231 @@
+"""Verifying many runs, across processes (`cadence-store verify --jobs N`).
+
+Runs are independent chains, so N worker processes each verify a share of them, each on
+its own connection and in its own read snapshots, exactly as `RunStore.verify_integrity`
+does in one process; the results come back in the order of the run ids. A run that fails
+is diagnosed (`transfer.check_record` on its rows) so that the report names the first bad
+sequence and what differs.
+
+Workers are forked where the platform can (they start at once, with the library already
+imported; spawning would re-import it, about as long as verifying 100,000 events), and they
+connect with the store's URL and schema, never through the parent's connections: the
+store's pool is emptied before the fork (`Engine.dispose`; connections a caller holds
+checked out stay open and are never touched by a worker).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.process
+import queue
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+from sqlalchemy import Engine
+
+from .engine import create_store_engine
+from .errors import (
+    CadenceStoreError,
+    InvalidInputError,
+    JournalIntegrityError,
+    StoreUnavailableError,
+)
+from .store import RunStore
+from .transfer import RunCheck, check_record, read_record
+
+__all__ = ["diagnose_run", "verify_runs"]
+
+# runs per task handed to a worker: big enough to amortise the round trip, small enough
+# to keep both workers busy to the end
+_MAX_CHUNK: Final = 64
+
+
+def diagnose_run(store: RunStore, run_id: str, error: JournalIntegrityError) -> RunCheck:
+    """What differs in a run that failed `verify_integrity` (the first bad sequence and
+    the stored value), falling back to the error's own code and sequence."""
+    with store.engine.connect() as connection:
+        record = read_record(connection, run_id)
+        connection.rollback()
+    if record is not None:
+        check = check_record(record)
+        if not check.ok:
+            return check
+    return RunCheck(
+        run_id=run_id,
+        ok=False,
+        code=error.code,
+        sequence=error.sequence,
+        message=error.detail,
+    )
+
+
+def verify_runs(
+    store: RunStore,
+    run_ids: Sequence[str] | None = None,
+    *,
+    jobs: int = 1,
+    on_result: Callable[[RunCheck], object] | None = None,
+) -> list[RunCheck]:
+    """Verify `run_ids` (default: every run) with `jobs` processes; one `RunCheck` per
+    run, in the order of `run_ids`. `on_result` is called as each verdict arrives.
+
+    With `jobs=1` everything happens in this process, on `store`. A failure other than a
+    run that does not verify (busy, unavailable, a run that vanished) is raised as the
+    `CadenceStoreError` it was, whichever process met it.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InvalidInputError("invalid-jobs", "jobs must be a positive integer")
+    ids = list(store.run_ids() if run_ids is None else run_ids)
+    results: list[RunCheck] = []
+    for check in _verdicts(store, ids, jobs):
+        results.append(check)
+        if on_result is not None:
+            on_result(check)
+    return results
+
+
+def _checks(store: RunStore, run_ids: list[str]) -> list[RunCheck]:
+    """`verify_integrity` of each run as a verdict (ok, or diagnosed), all in one read
+    snapshot: on PostgreSQL a snapshot costs three round trips (begin, isolation,
+    rollback), as many as verifying a short run."""
+    checks = []
+    with store._reading() as repository:  # the store's own read transaction
+        for run_id in run_ids:
+            try:
+                repository.verify_integrity(run_id)
+            except JournalIntegrityError as error:
+                checks.append(diagnose_run(store, run_id, error))
+            else:
+                checks.append(RunCheck(run_id=run_id, ok=True))
+    return checks
+
+
+def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
+    jobs = min(jobs, len(ids))
+    if jobs <= 1:
+        for start in range(0, len(ids), _MAX_CHUNK):
+            yield from _checks(store, ids[start : start + _MAX_CHUNK])
+        return
+    # this process is one of the jobs (on `store`), jobs - 1 workers are the others; all
+    # claim chunks from one counter, so a long run does not leave a worker idle
+    size = max(1, min(_MAX_CHUNK, len(ids) // (jobs * 4)))
+    chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
+    context = _context()
+    claimed = context.Value("l", 0)
+    outcomes = context.Queue()
+    url = store.engine.url.render_as_string(hide_password=False)
+    options = dict(store.engine.get_execution_options())
+    workers = [
+        context.Process(
+            target=_work,
+            args=(url, options, chunks, claimed, outcomes),
+            name=f"cadence-verify-{number}",
+            daemon=True,
+        )
+        for number in range(1, jobs)
+    ]
+    finished: dict[int, list[RunCheck] | _Failure] = {}
+    emitted = 0
+    # no open connection may be inherited: SQLite keeps per-process lock state for a file
+    # (a forked copy would be wrong), and a driver's cleanup in a child would end the
+    # parent's session; the pool reconnects afterwards
+    store.engine.dispose()
+    try:
+        for worker in workers:
+            worker.start()
+        while emitted < len(chunks):
+            index = _claim(claimed, len(chunks))
+            if index is not None:
+                finished[index] = _verify_chunk(store, chunks[index])
+            while True:  # collect what the workers have sent meanwhile
+                try:
+                    number, outcome = outcomes.get(block=index is None, timeout=_POLL_S)
+                except queue.Empty:
+                    if index is None:
+                        _check_alive(workers)
+                    break
+                finished[number] = outcome
+                if index is not None:
+                    continue
+                break
+            while emitted in finished:
+                outcome = finished.pop(emitted)
+                if isinstance(outcome, _Failure):
+                    raise outcome.error()
+                emitted += 1
+                yield from outcome
+    finally:
+        for worker in workers:
+            if worker.is_alive() and emitted < len(chunks):
+                worker.terminate()
+            worker.join()
+        outcomes.close()
+        outcomes.join_thread()
+
+
+_POLL_S: Final = 0.5
+
+
+def _claim(claimed: Any, count: int) -> int | None:
+    with claimed.get_lock():
+        index = int(claimed.value)
+        if index >= count:
+            return None
+        claimed.value = index + 1
+        return index
+
+
+def _check_alive(workers: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    for worker in workers:
+        if worker.exitcode not in (None, 0):
+            raise StoreUnavailableError(
+                "run-store-unavailable",
+                f"verification worker {worker.name} exited with code {worker.exitcode}",
+            )
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+class _Failure:
+    """A `CadenceStoreError` carried back from a worker (its class, code and fields;
+    pickling the exception itself would rebuild it with the wrong arguments)."""
+
+    def __init__(self, error: CadenceStoreError) -> None:
+        self.kind = type(error)
+        self.args = error.args
+        self.state = dict(vars(error))
+
+    def error(self) -> CadenceStoreError:
+        error = self.kind.__new__(self.kind)
+        error.args = self.args
+        error.__dict__.update(self.state)
+        return error
+
+
+def _verify_chunk(store: RunStore, run_ids: list[str]) -> list[RunCheck] | _Failure:
+    try:
+        return _checks(store, run_ids)
+    except CadenceStoreError as error:
+        return _Failure(error)
+
+
+def _work(
+    url: str, options: dict[str, Any], chunks: list[list[str]], claimed: Any, outcomes: Any
+) -> None:
+    """A worker process: its own engine, chunks claimed until none is left."""
+    engine: Engine = create_store_engine(url)
+    try:
+        try:
+            store = RunStore(engine.execution_options(**options) if options else engine)
+        except CadenceStoreError as error:
+            index = _claim(claimed, len(chunks))
+            if index is not None:
+                outcomes.put((index, _Failure(error)))
+            return
+        while (index := _claim(claimed, len(chunks))) is not None:
+            outcomes.put((index, _verify_chunk(store, chunks[index])))
+    finally:
+        engine.dispose()
