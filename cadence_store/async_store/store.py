@@ -303,21 +303,16 @@ class AsyncRunStore:
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
         """`bind_delivery`, and `write(session)` (awaited if it returns an awaitable) in the
-        same transaction."""
-        check_delivery(run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease)
+        same transaction; `write` runs only when the event is appended (not on a replay)."""
+        request = check_delivery(
+            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+        )
         require_callable(write, "delivery-binding-write-invalid")
 
         async def work(uow: AsyncUnitOfWork) -> RunProjection:
-            projection = await uow.runs.bind_delivery(
-                run_id,
-                gate,
-                revision,
-                receipt_hash,
-                operation_id=operation_id,
-                approval_proof=approval_proof,
-                lease=lease,
-            )
-            await _completed(write(uow.session))
+            projection, appended = await uow.runs.bind_deliveries_once([request])
+            if appended:
+                await _completed(write(uow.session))
             return projection
 
         return await self._write(work)
@@ -335,8 +330,9 @@ class AsyncRunStore:
         async def work(uow: AsyncUnitOfWork) -> RunProjection:
             requests = uow.runs.check_deliveries(items)
             require_callable(write, "delivery-binding-write-invalid")
-            projection = await uow.runs.bind_deliveries(requests)
-            await _completed(write(uow.session))
+            projection, appended = await uow.runs.bind_deliveries_once(requests)
+            if appended:  # not when every input replays
+                await _completed(write(uow.session))
             return projection
 
         return await self._write(work)

@@ -300,6 +300,8 @@ _SQL_SINKS = {"execute", "exec_driver_sql", "executescript", "executemany", "tex
 
 # Reviewed: every dynamic SQL string in the package, and why it is safe.
 REVIEWED_DYNAMIC_SQL = {
+    # CREATE/DROP DATABASE of a name the testing plugin makes itself (secrets.token_hex)
+    ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # PRAGMA table_info / foreign_key_list / index_list / index_xinfo on a table or index
     # name from sqlite_master or the fixed table lists, through legacy.quote (doubled quotes)
     ("cadence_store/legacy.py", "describe_table"),
