@@ -35,7 +35,7 @@ from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
 from ..failures import translate_database_error
 from ..journal import js_stringify
 from ..schema import upgrade_command
-from ..state_root import consumer_root_hash, resolve_state_root
+from ..state_root import StateRoot, consumer_root_hash, resolve_state_root
 from ..store import RunStore
 from . import render
 
@@ -207,9 +207,19 @@ def open_store(url: str | None, *, root_hash: str | None = None, create: bool = 
         remember(url)
         return RunStore(url, root_hash=root_hash, schema=schema_for(url))
     root = resolve_state_root(os.getcwd())
-    if not create and not os.path.exists(root.database_path):
+    if not create and not _embedded_store_exists(root):
         raise no_embedded_store()
     return RunStore.open(root)
+
+
+def _embedded_store_exists(root: StateRoot) -> bool:
+    try:
+        os.stat(root.database_path)
+    except FileNotFoundError:
+        return False
+    except OSError:  # e.g. not ours to read: RunStore.open names that refusal
+        return True
+    return True
 
 
 @contextmanager

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,13 +14,16 @@ from ..failures import READ, database_errors
 from ..journal import RUN_STAGES, RUN_STATES, js_stringify
 from ..schema import current_revision, head_revision, schema_options, upgrade_command
 from ..schema import upgrade as upgrade_database
-from ..state_root import StateRoot, resolve_state_root
+from ..state_root import StateRoot
 from ..store import RunStore
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
 from . import (
     describe,
     json_option,
     main,
-    no_embedded_store,
     opened,
     print_json,
     remember,
@@ -58,37 +60,33 @@ def upgrade(url: str | None, schema: str | None) -> None:
         click.echo(f"{describe(store)} is at {revision} (head)")
 
 
-def _store_details(url: str, schema: str | None, root: StateRoot | None) -> dict[str, Any]:
+def _store_details(engine: Engine, schema: str | None, root: StateRoot | None) -> dict[str, Any]:
     """Engine, database, revision and (for a store at head) counts, read without writing."""
-    engine = create_store_engine(url)
-    try:
-        with database_errors(READ), engine.connect() as connection:
-            connection.execution_options(**schema_options(schema))
-            details: dict[str, Any] = {
-                "engine": f"{engine.dialect.name} ({engine.driver})",
-                "database": masked_url(engine.url),
-            }
-            if schema is not None:
-                details["schema"] = schema
-            if root is not None:
-                details["path"] = root.database_path
-                details["consumerRoot"] = root.consumer_root
-                details["rootHash"] = root.consumer_root_hash
-            details["revision"] = current_revision(connection, schema)
-            details["head"] = head_revision()
-            connection.rollback()
-        if details["revision"] == details["head"]:  # a store not at head is refused
-            with RunStore(engine, schema=schema) as store:
-                counted = store.counts()
-            details.update(
-                runs=counted.runs,
-                events=counted.events,
-                operations=counted.operations,
-                bindings=counted.bindings,
-                byState=counted.by_state,
-            )
-    finally:
-        engine.dispose()
+    with database_errors(READ), engine.connect() as connection:
+        connection.execution_options(**schema_options(schema))
+        details: dict[str, Any] = {
+            "engine": f"{engine.dialect.name} ({engine.driver})",
+            "database": masked_url(engine.url),
+        }
+        if schema is not None:
+            details["schema"] = schema
+        if root is not None:
+            details["path"] = root.database_path
+            details["consumerRoot"] = root.consumer_root
+            details["rootHash"] = root.consumer_root_hash
+        details["revision"] = current_revision(connection, schema)
+        details["head"] = head_revision()
+        connection.rollback()
+    if details["revision"] == details["head"]:  # a store not at head is refused
+        with RunStore(engine, schema=schema) as store:
+            counted = store.counts()
+        details.update(
+            runs=counted.runs,
+            events=counted.events,
+            operations=counted.operations,
+            bindings=counted.bindings,
+            byState=counted.by_state,
+        )
     return details
 
 
@@ -120,12 +118,14 @@ def info(url: str | None, as_json: bool) -> None:
     if url:
         remember(url)
         require_store_file(url)
-        details = _store_details(url, schema, None)
-    else:
-        root = resolve_state_root(os.getcwd())
-        if not os.path.exists(root.database_path):
-            raise no_embedded_store()
-        details = _store_details(root.database_url, None, root)
+        engine = create_store_engine(url)
+        try:
+            details = _store_details(engine, schema, None)
+        finally:
+            engine.dispose()
+    else:  # through RunStore.open: the state root's ownership checks and upgrade
+        with opened(None) as store:
+            details = _store_details(store.engine, None, store.state_root)
     at_head = details["revision"] == details["head"]
     details["atHead"] = at_head
     if as_json:
