@@ -211,15 +211,11 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
     now = render.now_ms()
     with opened(url) as store:
         detail = store.run_detail(run_id)
-    projection = detail.projection
-    bindings = detail.delivery_bindings
-    receipts = detail.operations
-    timeline = detail.timeline
     if as_json:
         print_json(
             {
-                "status": projection.document(),
-                "deliveryBindings": [b.to_dict() for b in bindings],
+                "status": detail.projection.document(),
+                "deliveryBindings": [b.to_dict() for b in detail.delivery_bindings],
                 "operations": [
                     {
                         "operationId": o.operation_id,
@@ -229,67 +225,13 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
                         "expiresAt": o.expires_at,
                         "fence": o.fence,
                     }
-                    for o in receipts
+                    for o in detail.operations
                 ],
-                "timeline": [step.to_dict() for step in timeline],
+                "timeline": [step.to_dict() for step in detail.timeline],
             }
         )
         return
-    out = render.console()
-    summary = {
-        "run": projection.run_id,
-        "stage": projection.stage,
-        "change": projection.change,
-        "provisional key": projection.provisional_key,
-        "state": projection.state,
-        "pause code": projection.pause_code,
-        "terminal": projection.terminal,
-        "sequence": projection.sequence,
-        "head hash": projection.event_hash,
-        "delivery revision": projection.delivery_revision,
-        "root hash": projection.root_hash,
-    }
-    out.print(render.key_values({k: v for k, v in summary.items() if v is not None}, title="Run"))
-    out.print()
-    listing = render.table(
-        "GATE", "REV", "RECEIPT", "APPROVAL PROOF", "OPERATION", title="Delivery bindings"
-    )
-    for b in bindings:
-        approval = b.approval_proof
-        proof = (
-            f"r{approval.revision} contract {render.short(approval.contract_hash)} "
-            f"record {render.short(approval.record_hash)}"
-            if approval is not None
-            else "-"
-        )
-        listing.add_row(b.gate, str(b.revision), b.receipt_hash, proof, b.operation_id)
-    out.print(listing if bindings else "Delivery bindings: none")
-    out.print()
-    listing = render.table(
-        "OPERATION", "KIND", "STATE", "LEASE", "EXPIRES", "FENCE", title="Operations"
-    )
-    for o in receipts:
-        listing.add_row(
-            o.operation_id,
-            o.kind,
-            o.state,
-            render.lease_label(o.lease),
-            render.timestamp(o.expires_at, now=now),
-            render.text(o.fence),
-        )
-    out.print(listing if receipts else "Operations: none")
-    out.print()
-    listing = render.table("SEQ", "EVENT", "STATE", "CODE", title="State timeline")
-    for step in timeline:
-        listing.add_row(
-            str(step.sequence),
-            step.event,
-            step.state if step.state is not None else f"(chain broken: {step.error})",
-            render.text(step.code),
-        )
-    out.print(listing)
-    path = " → ".join(step.state for step in timeline if step.state is not None)
-    out.print(f"path: {path}")
+    render.print_run_detail(detail, now=now)
 
 
 @main.command(name="events")

@@ -25,6 +25,10 @@ from . import (
 def lease() -> None:
     """Operation leases: acquire, renew, commit, interrupt (leases are JSON).
 
+    A lease that is fenced (expired, replaced or already committed) is refused with
+    `error: lease-fenced` and exit 3, like every refusal of the store. Acquiring a lease
+    on a committed operation starts it again and clears its outcome (see `lease status`).
+
     \b
     Example: cadence-store lease acquire RUN_ID apply-1 --ttl-ms 60000 > lease.json
     """

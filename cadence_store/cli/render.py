@@ -37,6 +37,7 @@ from ..errors import (
     StoreFormatError,
     StoreUnavailableError,
 )
+from ..journal.views import RunDetail
 from ..journal.vocabulary import LeaseStanding
 
 EXIT_OK: Final = 0
@@ -232,3 +233,64 @@ def lease_label(standing: LeaseStanding) -> str:
     if standing == LeaseStanding.MISSING:
         return "running (no lease)"
     return str(standing)
+
+
+def print_run_detail(detail: RunDetail, *, now: int) -> None:
+    """`show`'s tables: the run, its delivery bindings, operations and state timeline."""
+    projection = detail.projection
+    bindings = detail.delivery_bindings
+    receipts = detail.operations
+    timeline = detail.timeline
+    out = console()
+    summary = {
+        "run": projection.run_id,
+        "stage": projection.stage,
+        "change": projection.change,
+        "provisional key": projection.provisional_key,
+        "state": projection.state,
+        "pause code": projection.pause_code,
+        "terminal": projection.terminal,
+        "sequence": projection.sequence,
+        "head hash": projection.event_hash,
+        "delivery revision": projection.delivery_revision,
+        "root hash": projection.root_hash,
+    }
+    out.print(key_values({k: v for k, v in summary.items() if v is not None}, title="Run"))
+    out.print()
+    listing = table(
+        "GATE", "REV", "RECEIPT", "APPROVAL PROOF", "OPERATION", title="Delivery bindings"
+    )
+    for b in bindings:
+        approval = b.approval_proof
+        proof = (
+            f"r{approval.revision} contract {short(approval.contract_hash)} "
+            f"record {short(approval.record_hash)}"
+            if approval is not None
+            else "-"
+        )
+        listing.add_row(b.gate, str(b.revision), b.receipt_hash, proof, b.operation_id)
+    out.print(listing if bindings else "Delivery bindings: none")
+    out.print()
+    listing = table("OPERATION", "KIND", "STATE", "LEASE", "EXPIRES", "FENCE", title="Operations")
+    for o in receipts:
+        listing.add_row(
+            o.operation_id,
+            o.kind,
+            o.state,
+            lease_label(o.lease),
+            timestamp(o.expires_at, now=now),
+            text(o.fence),
+        )
+    out.print(listing if receipts else "Operations: none")
+    out.print()
+    listing = table("SEQ", "EVENT", "STATE", "CODE", title="State timeline")
+    for step in timeline:
+        listing.add_row(
+            str(step.sequence),
+            step.event,
+            step.state if step.state is not None else f"(chain broken: {step.error})",
+            text(step.code),
+        )
+    out.print(listing)
+    path = " → ".join(step.state for step in timeline if step.state is not None)
+    out.print(f"path: {path}")
