@@ -165,6 +165,11 @@ def test_the_command_line_keeps_the_default_store_private(
     monkeypatch.chdir(consumer)
     monkeypatch.delenv("CADENCE_STORE_URL", raising=False)
     env = {"HOME": str(home), "XDG_STATE_HOME": str(state_home), "CADENCE_STORE_URL": None}
+    if command in (["info"], ["runs"], ["verify"]):  # read-only: they create no store
+        refused = CliRunner().invoke(main, command, env=env)
+        assert refused.exit_code == 3 and "no embedded store exists yet" in refused.stderr
+        assert not (state_home / "abel-cadence").exists()
+        assert CliRunner().invoke(main, ["upgrade"], env=env).exit_code == 0
     result = CliRunner().invoke(main, command, env=env)
     assert result.exit_code == 0, result.output
     product_root = state_home / "abel-cadence"
