@@ -305,6 +305,9 @@ _SQL_SINKS = {"execute", "exec_driver_sql", "executescript", "executemany", "tex
 
 # Reviewed: every dynamic SQL string in the package, and why it is safe.
 REVIEWED_DYNAMIC_SQL = {
+    # PRAGMA table_info / index_list / index_info / foreign_key_list of the owned tables
+    # (fixed names) and their indexes (names from the catalogue), through legacy.quote
+    ("cadence_store/catalogue.py", "_sqlite_tables"),
     # CREATE/DROP DATABASE of a name the testing plugin makes itself (secrets.token_hex)
     ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # PRAGMA table_info / foreign_key_list / index_list / index_xinfo on a table or index
