@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -33,6 +33,7 @@ from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 from .models import delivery_bindings, events, operations, runs
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
+Row = TypeVar("Row", bound=tuple[Any, ...])
 
 
 def _upsert_receipt(dialect_name: str) -> ClauseElement:
@@ -383,6 +384,15 @@ class Statements:
     def all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = self._run(name, params).fetchall()
         return rows
+
+    def row(self, name: str, row_type: Callable[..., Row], **params: Any) -> Row | None:
+        """`one`, as the statement's row type (`sql_rows.ROW_TYPES`)."""
+        found = self._run(name, params).fetchone()
+        return None if found is None else row_type(*found)
+
+    def rows(self, name: str, row_type: Callable[..., Row], **params: Any) -> list[Row]:
+        """`all`, as the statement's row type (`sql_rows.ROW_TYPES`)."""
+        return [row_type(*found) for found in self._run(name, params).fetchall()]
 
     def write(self, name: str, **params: Any) -> int:
         count: int = self._run(name, params).rowcount
