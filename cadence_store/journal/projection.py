@@ -205,6 +205,25 @@ def _fold(
     return result
 
 
+def chain_break(
+    detail: str | None = None,
+    *,
+    sequence: int | None,
+    field: str,
+    expected: Any = None,
+    actual: Any = None,
+) -> JournalIntegrityError:
+    """An event that does not link into its chain: `field` names what differs."""
+    return JournalIntegrityError(
+        "event-integrity-hash-chain",
+        detail,
+        sequence=sequence,
+        expected=expected,
+        actual=actual,
+        field=field,
+    )
+
+
 class ChainVerifier:
     """Replays one run's chain event by event: checks links and hashes, folds the projection.
 
@@ -235,9 +254,7 @@ class ChainVerifier:
         try:
             payload, canonical = decode_payload(payload_json)
         except (TypeError, ValueError, RecursionError):  # RecursionError: hostile nesting
-            raise JournalIntegrityError(
-                "event-integrity-hash-chain", "payload is not JSON", sequence=sequence
-            ) from None
+            raise chain_break("payload is not JSON", sequence=sequence, field="payload") from None
         expected = None
         if canonical is not None and prior_hash == self.prior_hash:
             # the hot path of verification, so the header is written here directly
@@ -252,7 +269,7 @@ class ChainVerifier:
         if expected is None:
             try:
                 expected = hash_event(sequence, type_, payload, prior_hash)
-            except JsonValueError:
+            except (JsonValueError, RecursionError):
                 expected = None
         self._check(sequence, hash_, prior_hash, expected)
         self.advance(sequence, type_, payload, hash_)
@@ -267,12 +284,28 @@ class ChainVerifier:
             or expected is None
             or expected != hash_
         ):
-            raise JournalIntegrityError(
-                "event-integrity-hash-chain",
-                sequence=self.count + 1,
-                expected=expected if prior_hash == self.prior_hash else self.prior_hash,
-                actual=hash_ if prior_hash == self.prior_hash else prior_hash,
+            raise self._break(sequence, hash_, prior_hash, expected)
+
+    def _break(
+        self, sequence: int, hash_: str, prior_hash: str, expected: str | None
+    ) -> JournalIntegrityError:
+        """What differs, in the order cadence 1.x checks it."""
+        wanted = self.count + 1
+        if sequence != wanted or isinstance(sequence, bool):
+            return chain_break(
+                "event missing or out of order",
+                sequence=wanted,
+                field="sequence",
+                expected=wanted,
+                actual=sequence,
             )
+        if prior_hash != self.prior_hash:
+            return chain_break(
+                sequence=wanted, field="priorHash", expected=self.prior_hash, actual=prior_hash
+            )
+        if expected is None:
+            return chain_break("payload not hashable", sequence=wanted, field="payload")
+        return chain_break(sequence=wanted, field="hash", expected=expected, actual=hash_)
 
     def advance(self, sequence: int, type_: str, payload: Any, hash_: str) -> None:
         """Fold one event whose sequence, link and hash the caller has already checked."""

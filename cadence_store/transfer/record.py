@@ -22,12 +22,9 @@ from typing import Any, Final, Literal, TypedDict
 from sqlalchemy import Integer, Table
 
 from ..errors import InvalidInputError, InvalidTransitionError, JournalIntegrityError
-from ..journal import ChainVerifier, hash_event
-from ..journal.canonical import JsonValueError
-from ..journal.events import hash_canonical_event
+from ..journal import ChainVerifier
 from ..journal.receipts import OPERATION_COLUMNS as OPERATION_CHECK_COLUMNS
 from ..journal.receipts import ReceiptVerifier
-from ..journal.stored_json import decode_payload
 from ..journal.validation import is_storable
 from ..journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from ..journal.verification import stored_difference
@@ -287,59 +284,43 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
     operation_rows = [[row[c] for c in OPERATION_CHECK_COLUMNS] for row in record["operations"]]
     for operation in operation_rows:
         receipts.add(operation)
-    chain = "event-integrity-hash-chain"
     for row in sorted(record["events"], key=lambda row: row["sequence"]):
-        sequence = verifier.count + 1
-        if row["sequence"] != sequence:
-            return _failure(
-                record,
-                line,
-                chain,
-                sequence=sequence,
-                field="sequence",
-                expected=sequence,
-                stored=row["sequence"],
-                message="event missing or out of order",
-            )
         try:
-            payload, canonical = decode_payload(row["payload_json"])
-        except (ValueError, RecursionError):
-            return _failure(record, line, chain, sequence=sequence, message="payload is not JSON")
-        if row["prior_hash"] != verifier.prior_hash:
+            verifier.feed_json(
+                row["sequence"],
+                row["type"],
+                row["payload_json"],
+                row["event_hash"],
+                row["prior_hash"],
+            )
+        except JournalIntegrityError as error:
+            if error.field is None:  # the event links, but does not apply
+                return _failure(
+                    record,
+                    line,
+                    error.code,
+                    sequence=verifier.count + 1,
+                    message=f"{row['type']} event",
+                )
             return _failure(
                 record,
                 line,
-                chain,
-                sequence=sequence,
-                field="priorHash",
-                expected=verifier.prior_hash,
-                stored=row["prior_hash"],
+                error.code,
+                sequence=error.sequence,
+                field=None if error.field == "payload" else error.field,
+                expected=error.expected,
+                stored=error.actual,
+                message=error.detail,
             )
-        try:
-            computed = (
-                None
-                if canonical is None
-                else hash_canonical_event(sequence, row["type"], canonical, row["prior_hash"])
-            ) or hash_event(sequence, row["type"], payload, row["prior_hash"])
-        except (JsonValueError, RecursionError):
-            return _failure(record, line, chain, sequence=sequence, message="payload not hashable")
-        if computed != row["event_hash"]:
+        except InvalidTransitionError as error:
             return _failure(
                 record,
                 line,
-                chain,
-                sequence=sequence,
-                field="hash",
-                expected=computed,
-                stored=row["event_hash"],
+                error.code,
+                sequence=verifier.count + 1,
+                message=f"{row['type']} event",
             )
-        try:  # sequence, link and hash are checked above
-            verifier.advance(sequence, row["type"], payload, row["event_hash"])
-        except (JournalIntegrityError, InvalidTransitionError) as error:
-            return _failure(
-                record, line, error.code, sequence=sequence, message=f"{row['type']} event"
-            )
-        receipts.observe(sequence, verifier.projection)
+        receipts.observe(verifier.count, verifier.projection)
     if verifier.projection is None:
         return _failure(record, line, "event-integrity-empty", sequence=1, message="no events")
     rebuilt = verifier.projection
