@@ -112,6 +112,7 @@ class RunRepository(LeaseRules, RunReading):
         require_operation_id(operation_id)
         require_stage(stage)
         keys = lookup_keys(stage, change, provisional_key, provisional_aliases)
+        primary_key, *_aliases = keys  # a new run row holds the first; all are looked up
         root_hash = self._require_root()
         sql = self._write_statements()
         scope = f"{root_hash}\x00{stage}\x00"
@@ -184,7 +185,7 @@ class RunRepository(LeaseRules, RunReading):
             run_id=run_id,
             root_hash=root_hash,
             stage=stage,
-            lookup_key=keys[0],
+            lookup_key=primary_key,
             change_name=change,
             provisional_key=provisional_key,
             state=created["state"],
@@ -258,14 +259,14 @@ class RunRepository(LeaseRules, RunReading):
         )
         if head is None:
             raise RunNotFoundError("run-not-found")
-        wanted = (
-            request.receipt_hash,
-            proof.revision if proof else None,
-            proof.contract_hash if proof else None,
-            proof.record_hash if proof else None,
+        wanted = BindingReceiptRow(
+            receipt_hash=request.receipt_hash,
+            approval_revision=proof.revision if proof else None,
+            contract_hash=proof.contract_hash if proof else None,
+            record_hash=proof.record_hash if proof else None,
         )
         if existing is not None:
-            if tuple(existing) != wanted:
+            if existing != wanted:
                 raise OperationConflictError("delivery-revision-conflict")
             self._record(
                 sql, request.run_id, request.operation_id, DELIVERY_BOUND, head.projection_json
@@ -276,10 +277,10 @@ class RunRepository(LeaseRules, RunReading):
             run_id=request.run_id,
             gate=request.gate,
             revision=request.revision,
-            receipt_hash=wanted[0],
-            approval_revision=wanted[1],
-            contract_hash=wanted[2],
-            record_hash=wanted[3],
+            receipt_hash=wanted.receipt_hash,
+            approval_revision=wanted.approval_revision,
+            contract_hash=wanted.contract_hash,
+            record_hash=wanted.record_hash,
             operation_id=request.operation_id,
         )
         payload: Document = {

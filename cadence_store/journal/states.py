@@ -97,10 +97,6 @@ def assert_transition(from_: str, to: str) -> None:
         raise InvalidTransitionError(f"invalid-run-transition:{from_}:{to}")
 
 
-def is_terminal(state: str) -> bool:
-    return state in TERMINAL_STATES
-
-
 def legal_control_commands(state: str) -> list[str]:
     """The operator commands cadence 1.x offered for a run in `state`."""
     if state in TERMINAL_STATES:

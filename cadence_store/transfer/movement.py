@@ -1,10 +1,7 @@
 """Moving whole runs between databases: JSONL export / import, and copy.
 
-An export is JSON Lines, one record (`transfer.record`) per run.
-
-Column names are the tables' own (snake_case, as cadence 1.x named them) and stored TEXT
-(`payload_json`, `projection_json`, `outcome_json`) is copied verbatim, so a run moved
-through an export (or `copy_store`) keeps its bytes: same hashes, same projection JSON.
+An export is JSON Lines, one record (`transfer.record`) per run; a run moved through an
+export (or `copy_store`) keeps its bytes: same hashes, same projection JSON.
 
 Every run is checked offline before anything is written (`check_record`: the chain
 reduces, and the stored projection equals `js_stringify` of the rebuilt one — the rule of
@@ -33,29 +30,26 @@ from ..models import delivery_bindings, events, operations, runs
 from ..schema import assert_at_head, schema_options, store_schema
 from ..unit_of_work import UnitOfWork
 from .record import (
-    _ORDER,
-    _TABLES,
     CHILD_KEYS,
+    CHILD_ORDER,
     DEFAULT_BATCH_SIZE,
     RUN_COLUMNS,
     RUN_ID_CONFLICT,
     RUN_LOOKUP_CONFLICT,
+    TABLES,
     Record,
     Row,
-    _columns,
-    _invalid,
-    _numbered,
-    _sort_key,
     check_record,
+    column_names,
+    describe_difference,
     dump_record,
+    invalid_record,
+    numbered_lines,
     parse_record,
 )
 
 Bind = str | URL | Engine
 _SPOOL_BYTES: Final = 8 * 1024 * 1024
-
-
-# -- results ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -99,8 +93,8 @@ def _row(mapping: Any, columns: Sequence[str]) -> Row:
 
 
 def _children(connection: Connection, table: Table, run_id: str, key: str) -> list[Row]:
-    columns = _columns(table)
-    order = [table.c[name] for name in _ORDER[key]]
+    columns = column_names(table)
+    order = [table.c[name] for name in CHILD_ORDER[key]]
     result = connection.execute(select(table).where(table.c.run_id == run_id).order_by(*order))
     return [_row(row._mapping, columns) for row in result]
 
@@ -172,32 +166,6 @@ def _snapshot(engine: Engine) -> Iterator[Connection]:
 
 
 # -- comparing with a destination ---------------------------------------------------------
-
-
-def _normalised(record: Record) -> Record:
-    return Record(
-        run=record["run"],
-        events=sorted(record["events"], key=_sort_key("events")),
-        operations=sorted(record["operations"], key=_sort_key("operations")),
-        deliveryBindings=sorted(record["deliveryBindings"], key=_sort_key("deliveryBindings")),
-    )
-
-
-def describe_difference(incoming: Record, existing: Record) -> str | None:
-    """Where two records of one run id differ (None when identical)."""
-    left, right = _normalised(incoming), _normalised(existing)
-    for name in RUN_COLUMNS:
-        if left["run"][name] != right["run"][name]:
-            return f"runs.{name}"
-    for key in CHILD_KEYS:
-        table = _TABLES[key].name
-        if len(left[key]) != len(right[key]):
-            return f"{table}: {len(left[key])} rows here, {len(right[key])} there"
-        for a, b in zip(left[key], right[key], strict=True):
-            if a != b:
-                where = ", ".join(f"{n}={a[n]}" for n in _ORDER[key])
-                return f"{table} ({where})"
-    return None
 
 
 def _conflict(run_id: str, difference: str) -> OperationConflictError:
@@ -276,7 +244,7 @@ def _insert(connection: Connection, record: Record, batch_size: int) -> int:
     for key in CHILD_KEYS:
         rows = record[key]
         for start in range(0, len(rows), batch_size):
-            connection.execute(_TABLES[key].insert(), rows[start : start + batch_size])
+            connection.execute(TABLES[key].insert(), rows[start : start + batch_size])
     return len(record["events"])
 
 
@@ -343,15 +311,15 @@ def _spool_checked(lines: Iterable[str]) -> IO[str]:
     try:
         seen: set[str] = set()
         keys: set[tuple[str, str, str]] = set()
-        for number, text in _numbered(lines):
+        for number, text in numbered_lines(lines):
             record = parse_record(text, number)
             run = record["run"]
             if run["run_id"] in seen:
-                raise _invalid(number, f"run {run['run_id']} appears twice")
+                raise invalid_record(number, f"run {run['run_id']} appears twice")
             seen.add(run["run_id"])
             key = (run["root_hash"], run["stage"], run["lookup_key"])
             if key in keys:
-                raise _invalid(number, f"lookup key {run['lookup_key']} is used by two runs")
+                raise invalid_record(number, f"lookup key {run['lookup_key']} is used by two runs")
             keys.add(key)
             check = check_record(record, number)
             if not check.ok:
@@ -499,7 +467,6 @@ __all__ = [
     "TransferProgress",
     "TransferReport",
     "copy_store",
-    "describe_difference",
     "export_store",
     "import_store",
     "iter_records",

@@ -7,6 +7,9 @@ A record is::
      "operations": [{...every `operations` column...}, ...],  # operation_id order
      "deliveryBindings": [{...every `delivery_bindings` column...}, ...]}
 
+Column names are the tables' own (snake_case, as cadence 1.x named them) and stored TEXT
+(`payload_json`, `projection_json`, `outcome_json`) is kept verbatim.
+
 `parse_record` shape-checks a line, `check_record` verifies a record by the rule of
 `RunRepository.verify_integrity`, `dump_record` writes one. Nothing here touches a
 database (the tables are read for their columns only).
@@ -64,21 +67,21 @@ _JSON_TEXTS: Final = {
 }
 _DEEP_HINT: Final = 256  # fewer brackets than this cannot nest too deep
 
-_TABLES: Final[dict[str, Table]] = {
+TABLES: Final[dict[str, Table]] = {
     "run": runs,
     "events": events,
     "operations": operations,
     "deliveryBindings": delivery_bindings,
 }
-_ORDER: Final[dict[str, tuple[str, ...]]] = {
+CHILD_ORDER: Final[dict[str, tuple[str, ...]]] = {
     "events": ("sequence",),
     "operations": ("operation_id",),
     "deliveryBindings": ("gate", "revision"),
 }
 
 
-def _sort_key(key: str) -> Callable[[Row], tuple[Any, ...]]:
-    names = _ORDER[key]
+def row_order(key: str) -> Callable[[Row], tuple[Any, ...]]:
+    names = CHILD_ORDER[key]
 
     def sort_key(row: Row) -> tuple[Any, ...]:
         return tuple(row[name] for name in names)
@@ -86,11 +89,11 @@ def _sort_key(key: str) -> Callable[[Row], tuple[Any, ...]]:
     return sort_key
 
 
-def _columns(table: Table) -> tuple[str, ...]:
+def column_names(table: Table) -> tuple[str, ...]:
     return tuple(column.name for column in table.c)
 
 
-RUN_COLUMNS: Final = _columns(runs)
+RUN_COLUMNS: Final = column_names(runs)
 
 
 # -- results ------------------------------------------------------------------------------
@@ -164,7 +167,7 @@ def dump_record(record: Record) -> str:
 # -- parsing and offline checks -----------------------------------------------------------
 
 
-def _invalid(line: int | None, message: str) -> InvalidInputError:
+def invalid_record(line: int | None, message: str) -> InvalidInputError:
     where = f"line {line}: " if line is not None else ""
     return InvalidInputError(INVALID_RECORD, where + message)
 
@@ -188,27 +191,29 @@ def _check_nesting(text: object, line: int | None, where: str) -> None:
 
 def _check_row(value: object, table: Table, where: str, line: int | None) -> Row:
     if not isinstance(value, dict):
-        raise _invalid(line, f"{where} is not an object")
-    columns = _columns(table)
+        raise invalid_record(line, f"{where} is not an object")
+    columns = column_names(table)
     if set(value) != set(columns):
         missing = sorted(set(columns) - set(value))
         extra = sorted(set(value) - set(columns))
-        raise _invalid(line, f"{where} columns differ (missing {missing}, unexpected {extra})")
+        raise invalid_record(
+            line, f"{where} columns differ (missing {missing}, unexpected {extra})"
+        )
     for column in table.c:
         item = value[column.name]
         if item is None:
             if column.nullable and not column.primary_key:
                 continue
-            raise _invalid(line, f"{where}.{column.name} is null")
+            raise invalid_record(line, f"{where}.{column.name} is null")
         if isinstance(column.type, Integer):
             if isinstance(item, bool) or not isinstance(item, int):
-                raise _invalid(line, f"{where}.{column.name} is not an integer")
+                raise invalid_record(line, f"{where}.{column.name} is not an integer")
             if item not in INT64:
                 raise _hostile(OUT_OF_RANGE, line, f"{where}.{column.name} is not a 64-bit integer")
         elif not isinstance(item, str):
-            raise _invalid(line, f"{where}.{column.name} is not a string")
+            raise invalid_record(line, f"{where}.{column.name} is not a string")
         elif not is_storable(item):
-            raise _invalid(line, f"{where}.{column.name} holds a NUL or a lone surrogate")
+            raise invalid_record(line, f"{where}.{column.name} holds a NUL or a lone surrogate")
     return {name: value[name] for name in columns}
 
 
@@ -225,28 +230,28 @@ def parse_record(text: str, line: int | None = None) -> Record:
     try:
         value = json.loads(text)
     except ValueError as error:
-        raise _invalid(line, f"not JSON ({error})") from None
+        raise invalid_record(line, f"not JSON ({error})") from None
     except RecursionError:
         raise _hostile(TOO_DEEP, line, "JSON nested too deep") from None
     if not isinstance(value, dict) or set(value) != set(RECORD_KEYS):
-        raise _invalid(line, f"expected an object with keys {list(RECORD_KEYS)}")
+        raise invalid_record(line, f"expected an object with keys {list(RECORD_KEYS)}")
     run = _check_row(value["run"], runs, "run", line)
     run_id = run["run_id"]
     children: dict[ChildKey, list[Row]] = {}
     for key in CHILD_KEYS:
         items = value[key]
         if not isinstance(items, list):
-            raise _invalid(line, f"{key} is not a list")
+            raise invalid_record(line, f"{key} is not a list")
         if key == "operations":
             items = [_with_fence(item) for item in items]
-        rows = [_check_row(item, _TABLES[key], f"{key}[{i}]", line) for i, item in enumerate(items)]
+        rows = [_check_row(item, TABLES[key], f"{key}[{i}]", line) for i, item in enumerate(items)]
         for row in rows:
             if row["run_id"] != run_id:
-                raise _invalid(line, f"{key} row of run {row['run_id']} inside run {run_id}")
-        keys = [tuple(row[name] for name in _ORDER[key]) for row in rows]
+                raise invalid_record(line, f"{key} row of run {row['run_id']} inside run {run_id}")
+        keys = [tuple(row[name] for name in CHILD_ORDER[key]) for row in rows]
         if len(set(keys)) != len(keys):
-            raise _invalid(line, f"{key} holds duplicate keys {_ORDER[key]}")
-        children[key] = sorted(rows, key=_sort_key(key))
+            raise invalid_record(line, f"{key} holds duplicate keys {CHILD_ORDER[key]}")
+        children[key] = sorted(rows, key=row_order(key))
     record = Record(
         run=run,
         events=children["events"],
@@ -255,10 +260,10 @@ def parse_record(text: str, line: int | None = None) -> Record:
     )
     bound_ops = [row["operation_id"] for row in record["deliveryBindings"]]
     if len(set(bound_ops)) != len(bound_ops):
-        raise _invalid(line, "deliveryBindings reuse an operation_id")
+        raise invalid_record(line, "deliveryBindings reuse an operation_id")
     hashes = [row["event_hash"] for row in record["events"]]
     if len(set(hashes)) != len(hashes):
-        raise _invalid(line, "events repeat an event_hash")
+        raise invalid_record(line, "events repeat an event_hash")
     _check_nesting(run["projection_json"], line, "run.projection_json")
     for key in ("events", "operations"):
         for row in record[key]:
@@ -356,7 +361,7 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
     return RunCheck(run_id=run["run_id"], ok=True, line=line)
 
 
-def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+def numbered_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
     iterator = iter(lines)
     number = 0
     while True:
@@ -374,7 +379,7 @@ def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
 def iter_verify_export(lines: Iterable[str]) -> Iterator[RunCheck]:
     """`verify_export`, one result at a time (for progress reporting)."""
     seen: set[str] = set()
-    for number, text in _numbered(lines):
+    for number, text in numbered_lines(lines):
         try:
             record = parse_record(text, number)
         except InvalidInputError as error:
@@ -413,6 +418,32 @@ def _guess_run_id(text: str) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
+def _normalised(record: Record) -> Record:
+    return Record(
+        run=record["run"],
+        events=sorted(record["events"], key=row_order("events")),
+        operations=sorted(record["operations"], key=row_order("operations")),
+        deliveryBindings=sorted(record["deliveryBindings"], key=row_order("deliveryBindings")),
+    )
+
+
+def describe_difference(incoming: Record, existing: Record) -> str | None:
+    """Where two records of one run id differ (None when identical)."""
+    left, right = _normalised(incoming), _normalised(existing)
+    for name in RUN_COLUMNS:
+        if left["run"][name] != right["run"][name]:
+            return f"runs.{name}"
+    for key in CHILD_KEYS:
+        table = TABLES[key].name
+        if len(left[key]) != len(right[key]):
+            return f"{table}: {len(left[key])} rows here, {len(right[key])} there"
+        for a, b in zip(left[key], right[key], strict=True):
+            if a != b:
+                where = ", ".join(f"{n}={a[n]}" for n in CHILD_ORDER[key])
+                return f"{table} ({where})"
+    return None
+
+
 __all__ = [
     "CHILD_KEYS",
     "DEFAULT_BATCH_SIZE",
@@ -425,6 +456,7 @@ __all__ = [
     "Row",
     "RunCheck",
     "check_record",
+    "describe_difference",
     "dump_record",
     "iter_verify_export",
     "parse_record",
