@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
 from .errors import (
     InvalidInputError,
@@ -70,11 +70,15 @@ from .journal.validation import (
     require_transition_code,
 )
 from .journal.values import ApprovalProof, BindDelivery
-from .journal.vocabulary import EventType, Stage
-from .repository_core import (
+from .journal.vocabulary import (
     CHANGE_BOUND,
     COMMITTED,
     DELIVERY_BOUND,
+    INTERRUPTED,
+    RUN_CREATED,
+)
+from .journal.vocabulary import DESIGN_STAGE as DESIGN
+from .repository_core import (
     EVENT_BATCH,
     LEASE,
     START,
@@ -88,9 +92,6 @@ from .repository_leases import LeaseRules
 from .repository_reading import RunReading
 from .sql import Statements
 from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
-
-RUN_CREATED: Final = EventType.RUN_CREATED.value
-DESIGN: Final = Stage.DESIGN.value
 
 
 class RunRepository(LeaseRules, RunReading):
@@ -393,8 +394,10 @@ class RunRepository(LeaseRules, RunReading):
 
 __all__ = [
     "CHANGE_BOUND",
+    "COMMITTED",
     "DELIVERY_BOUND",
     "EVENT_BATCH",
+    "INTERRUPTED",
     "LEASE",
     "START",
     "TRANSITIONED",

@@ -31,7 +31,12 @@ from .errors import (
 from .journal import RunProjection, apply_event, hash_event, js_stringify
 from .journal.documents import Document, parse_document, stored_projection
 from .journal.validation import is_safe_integer, require_clock, require_root_hash
-from .journal.vocabulary import EventType, OperationKind, OperationState
+from .journal.vocabulary import (
+    COMMITTED,
+    KIND_LEASE,
+    KIND_START,
+    STATE_TRANSITIONED,
+)
 from .schema import require_schema_name
 from .shape import assert_store_ready
 from .sql import Statements
@@ -39,16 +44,10 @@ from .sql_rows import HeadRow, OperationRow, TimedOperationRow
 
 Clock = Callable[[], int]
 
-# The event types, and operation kinds, of each journal call: plain `str` values (bound as
-# SQL parameters, where a driver may adapt an Enum by its name).
-START: Final = OperationKind.START.value
-CHANGE_BOUND: Final = EventType.CHANGE_BOUND.value
-DELIVERY_BOUND: Final = EventType.DELIVERY_BOUND.value
-TRANSITIONED: Final = EventType.STATE_TRANSITIONED.value
-LEASE: Final = OperationKind.LEASE.value
-COMMITTED: Final = OperationState.COMMITTED.value
-RUNNING: Final = OperationState.RUNNING.value
-INTERRUPTED: Final = OperationState.INTERRUPTED.value
+# The operation kind of each journal call's receipt (its event type, or "start").
+START: Final = KIND_START
+TRANSITIONED: Final = STATE_TRANSITIONED
+LEASE: Final = KIND_LEASE
 EVENT_BATCH: Final = 1000
 
 

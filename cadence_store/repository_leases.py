@@ -26,11 +26,9 @@ from .journal.validation import (
     require_run_id,
     require_ttl,
 )
+from .journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING
 from .repository_core import (
-    COMMITTED,
-    INTERRUPTED,
     LEASE,
-    RUNNING,
     ExpiryNeeded,
     RepositoryCore,
     expiry,

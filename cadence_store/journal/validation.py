@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from ..errors import InvalidInputError, LeaseFencedError, RunNotFoundError
 from .states import RUN_STAGES
 from .values import ApprovalProof, BindDelivery, OperationLease
+from .vocabulary import DESIGN_STAGE, GATE_VALUES
 
 CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
 # ASCII only: Python would otherwise also fold U+0130/U+0131 into [a-z], which cadence 1.x
@@ -18,7 +19,7 @@ CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
 IDENTIFIER = re.compile(r"[a-z0-9](?:[a-z0-9._:-]{0,126}[a-z0-9])?", re.IGNORECASE | re.ASCII)
 SHA256 = re.compile(r"[a-f0-9]{64}")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
-DELIVERY_GATES = ("gate-a", "gate-b")
+DELIVERY_GATES = GATE_VALUES
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_PROVISIONAL_ALIASES = 4
 
@@ -124,7 +125,7 @@ def lookup_keys(
         or not all(is_sha256(alias) for alias in aliases)
     ):
         raise InvalidInputError("invalid-provisional-key")
-    if stage != "abel-design":
+    if stage != DESIGN_STAGE:
         raise InvalidInputError("provisional-run-requires-design")
     unique = dict.fromkeys([str(provisional_key), *aliases])
     return [f"provisional:{key}" for key in unique]

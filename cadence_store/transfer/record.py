@@ -31,6 +31,7 @@ from ..journal.receipts import ReceiptVerifier
 from ..journal.validation import is_storable
 from ..journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from ..journal.verification import stored_difference
+from ..journal.vocabulary import KIND_LEASE
 from ..models import delivery_bindings, events, operations, runs
 
 Row = dict[str, Any]
@@ -222,7 +223,7 @@ def _with_fence(row: object) -> object:
     that revision gives existing rows: 1 for a lease, none for a receipt."""
     if not isinstance(row, dict) or "lease_fence" in row:
         return row
-    return {**row, "lease_fence": 1 if row.get("kind") == "lease" else None}
+    return {**row, "lease_fence": 1 if row.get("kind") == KIND_LEASE else None}
 
 
 def parse_record(text: str, line: int | None = None) -> Record:
