@@ -90,6 +90,12 @@ def _contains(parent: str, candidate: str) -> bool:
     return relative == "." or not (relative.startswith("..") or os.path.isabs(relative))
 
 
+def consumer_root_hash(consumer_root: str | os.PathLike[str]) -> str:
+    """sha256 of a consumer root's real path, as cadence 1.x hashed it (nothing is checked)."""
+    real_root = os.path.realpath(os.path.abspath(os.fspath(consumer_root)))
+    return hashlib.sha256(real_root.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def resolve_state_root(
     consumer_root: str | os.PathLike[str],
     *,
@@ -111,7 +117,7 @@ def resolve_state_root(
     if home_dir is None:
         home_dir = os.path.expanduser("~")
     state_base = _state_base(xdg_state_home, home_dir)
-    root_hash = hashlib.sha256(real_root.encode("utf-8", "surrogateescape")).hexdigest()
+    root_hash = consumer_root_hash(real_root)
     product_root = _canonical_future_path(os.path.join(state_base, PRODUCT_DIR))
     roots_dir = _canonical_future_path(os.path.join(product_root, "roots"))
     root_dir = _canonical_future_path(os.path.join(roots_dir, root_hash))

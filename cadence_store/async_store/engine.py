@@ -40,4 +40,18 @@ def create_async_store_engine(url: str | URL, **engine_options: Any) -> AsyncEng
     return engine
 
 
-__all__ = ["async_database_url", "create_async_store_engine"]
+def sync_twin_url(url: URL) -> URL | None:
+    """The same database through its sync driver (pysqlite, psycopg), for the worker
+    thread that serves `AsyncRunStore`'s calls without host callbacks; None where there is
+    no such twin (an in-memory SQLite database is private to its connection)."""
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite" and driver == "aiosqlite":
+        if url.database in (None, "", ":memory:") or "mode=memory" in str(url):
+            return None
+        return url.set(drivername="sqlite+pysqlite")
+    if backend == "postgresql" and driver in ("psycopg", "psycopg_async"):
+        return url.set(drivername="postgresql+psycopg")
+    return None
+
+
+__all__ = ["async_database_url", "create_async_store_engine", "sync_twin_url"]

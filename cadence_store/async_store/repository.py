@@ -113,6 +113,7 @@ class AsyncRunRepository:
     bind_change = _awaitable(RunRepository.bind_change)
     bind_delivery = _awaitable(RunRepository.bind_delivery)
     bind_deliveries = _awaitable(RunRepository.bind_deliveries)
+    bind_deliveries_once = _awaitable(RunRepository.bind_deliveries_once)
     transition = _awaitable(RunRepository.transition)
     transition_once = _awaitable(RunRepository.transition_once)
     acquire_lease = _awaitable(RunRepository.acquire_lease)

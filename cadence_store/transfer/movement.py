@@ -71,8 +71,8 @@ class TransferReport:
 
 @dataclass(frozen=True)
 class TransferProgress:
-    """A progress report: `phase` is "check" (reading and comparing), "copy" or
-    "import"."""
+    """A progress report: `phase` is "check" (reading and comparing), "copy", "import"
+    or "export"."""
 
     phase: str
     done: int
@@ -249,9 +249,14 @@ def _insert(connection: Connection, record: Record, batch_size: int) -> int:
 
 
 def _write_batch(
-    engine: Engine, records: Sequence[Record], report: TransferReport, batch_size: int
+    engine: Engine,
+    records: Sequence[Record],
+    report: TransferReport,
+    batch_size: int,
+    on_run: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """Write runs in one transaction, re-verifying each chain there; returns ids written."""
+    """Write runs in one transaction, re-verifying each chain there; returns ids written.
+    `on_run` hears of each run as it is written or skipped (before the batch commits)."""
     written: list[str] = []
     count = 0
     with UnitOfWork(engine, schema=store_schema(engine)) as uow:
@@ -264,9 +269,11 @@ def _write_batch(
                 if difference is not None:
                     raise _conflict(run_id, difference)
                 report.skipped.append(run_id)
-                continue
-            count += _insert(connection, record, batch_size)
-            written.append(run_id)
+            else:
+                count += _insert(connection, record, batch_size)
+                written.append(run_id)
+            if on_run is not None:
+                on_run(run_id)
         for run_id in written:
             uow.runs.verify_integrity(run_id)
     report.written.extend(written)
@@ -283,11 +290,13 @@ def export_store(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     schema: str | None = None,
+    progress: ProgressCallback | None = None,
 ) -> TransferReport:
     """Write every run of a database (at head) to `out` as JSON Lines, one run at a time.
 
     Reads one consistent snapshot; stored TEXT columns are copied verbatim. `schema`: the
     PostgreSQL schema of the cadence tables (or an engine that already translates to it).
+    `progress` hears of each run written (phase "export").
     """
     report = TransferReport()
     with (
@@ -295,11 +304,17 @@ def export_store(
         _engine(bind, schema) as engine,
         _snapshot(engine) as connection,
     ):
+        total = 0
+        if progress is not None:
+            total = int(connection.execute(select(func.count()).select_from(runs)).scalar_one())
         for record in iter_records(connection, batch_size=batch_size):
             out.write(dump_record(record))
             out.write("\n")
             report.written.append(record["run"]["run_id"])
             report.events_written += len(record["events"])
+            if progress is not None:
+                run_id = record["run"]["run_id"]
+                progress(TransferProgress("export", len(report.written), total, run_id))
     return report
 
 
@@ -443,6 +458,13 @@ def copy_store(
                 connection.rollback()
             _raise_conflicts(conflicts)
             done = 0
+
+            def copied(run_id: str) -> None:  # per run, so a batch does not sit at 0/N
+                nonlocal done
+                done += 1
+                if progress is not None:
+                    progress(TransferProgress("copy", done, len(pending), run_id))
+
             if progress is not None:
                 progress(TransferProgress("copy", 0, len(pending)))
             for start in range(0, len(pending), batch_size):
@@ -453,10 +475,7 @@ def copy_store(
                     if found_record is None:  # pragma: no cover - the snapshot holds it
                         raise CadenceStoreError("run-not-found", run_id)
                     records.append(found_record)
-                _write_batch(destination_engine, records, report, batch_size)
-                done += len(ids)
-                if progress is not None:
-                    progress(TransferProgress("copy", done, len(pending), ids[-1]))
+                _write_batch(destination_engine, records, report, batch_size, copied)
     return report
 
 

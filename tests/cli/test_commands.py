@@ -11,6 +11,7 @@ import pytest
 
 from cadence_store import RunStore
 from cadence_store.cli import default_root_hash, main
+from cadence_store.errors import SchemaOutOfDateError
 from cadence_store.schema import head_revision
 
 COMMANDS = [
@@ -99,6 +100,7 @@ def test_info_on_fixture(cli: Any, fixture_url: str) -> None:
 
 
 def test_info_embedded_default(cli: Any, isolated: Any) -> None:
+    assert cli("upgrade").exit_code == 0
     result = cli("info", "--json")
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
@@ -132,9 +134,20 @@ def test_not_at_head_says_to_upgrade(cli: Any, tmp_path: Path) -> None:
 
 def test_missing_sqlite_file_is_not_created(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "typo.sqlite3"
-    result = cli("runs", "--url", f"sqlite:///{path}")
-    assert result.exit_code == 3
-    assert "error: run-store-unavailable" in result.stderr
+    url = f"sqlite:///{path}"
+    for command in (["runs"], ["info"], ["export"], ["verify"], ["show", "x"]):
+        result = cli(*command, "--url", url)
+        assert result.exit_code == 3, (command, result.output)
+        # the code the API gives the same case
+        assert "error: run-store-upgrade-required" in result.stderr
+        assert "does not exist" in result.stderr
+        assert "cadence-store upgrade --url" in result.stderr
+    copied = cli("copy", "--from", url, "--to", url)
+    assert copied.exit_code == 3
+    assert "error: run-store-upgrade-required" in copied.stderr
+    with pytest.raises(SchemaOutOfDateError) as raised:
+        RunStore(url)
+    assert raised.value.code == "run-store-upgrade-required"
     assert not path.exists()
 
 
@@ -298,7 +311,7 @@ def test_operator_lifecycle_on_a_url(cli: Any, empty_url: str) -> None:
     fenced = cli(
         "transition", run_id, "paused", "--operation-id", "p1", "--lease", json.dumps(lease), *url
     )
-    assert fenced.exit_code == 2
+    assert fenced.exit_code == 3  # a fenced lease: the store refused
     assert "error: lease-fenced" in fenced.stderr
     renewed = _json(
         cli("lease", "renew", "-", "--ttl-ms", "120000", *url, input=json.dumps(replaced))

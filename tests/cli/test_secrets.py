@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from cadence_store.cli_render import error_lines, scrub
+from cadence_store.cli.render import error_lines, scrub
 from cadence_store.errors import StoreUnavailableError
 
 SECRET = "s3cret"

@@ -146,6 +146,7 @@ STORE_WITHOUT_DATABASE_WORK = {"aclose"}
 REPOSITORY_CALLS: dict[str, tuple[str, Invoke]] = {
     **COMMON,
     "bind_deliveries": (WRITE_FAILED, _bind_deliveries),
+    "bind_deliveries_once": (WRITE_FAILED, _bind_deliveries),
     "transition_once": (WRITE_FAILED, _call("RUN", "paused", operation_id="pause-1")),
     "run": (READ_FAILED, _run_work),  # the failure of the work's own read
 }

@@ -370,6 +370,58 @@ def test_a_raising_write_coroutine_leaves_nothing_written(async_url: str, db: En
         assert connection.execute(select(HOST_ROWS.c.id)).scalars().all() == [8]
 
 
+def test_replayed_atomic_calls_run_the_write_coroutine_once(async_url: str, db: Engine) -> None:
+    """Nothing twice, through the async API: a replayed operation id (or a binding already
+    stored with the same receipt) never runs the host's write again."""
+    calls: list[str] = []
+
+    def counting(label: str) -> Callable[[AsyncSession], Any]:
+        async def write(session: AsyncSession) -> None:
+            calls.append(label)
+            await session.execute(sa.insert(HOST_ROWS).values(id=len(calls), note=label))
+
+        return write
+
+    async def scenario() -> None:
+        async with AsyncRunStore(async_url, root_hash=ROOT_HASH) as store:
+            run = await store.start_run("abel-implement", change="c", operation_id="start")
+            for _ in range(3):
+                await store.transition_atomically(
+                    run.run_id, "paused", operation_id="pause", write=counting("transition")
+                )
+                await store.bind_delivery_atomically(
+                    run.run_id, "gate-a", 1, "a" * 64, operation_id="b1", write=counting("bind")
+                )
+                await store.bind_deliveries_atomically(
+                    [
+                        {
+                            "run_id": run.run_id,
+                            "gate": "gate-b",
+                            "revision": 1,
+                            "receipt_hash": "b" * 64,
+                            "operation_id": "b2",
+                        },
+                        {
+                            "run_id": run.run_id,
+                            "gate": "gate-a",
+                            "revision": 1,
+                            "receipt_hash": "a" * 64,
+                            "operation_id": "b1",
+                        },
+                    ],
+                    write=counting("binds"),
+                )
+            # the same binding under a new operation id appends nothing: no write either
+            await store.bind_delivery_atomically(
+                run.run_id, "gate-a", 1, "a" * 64, operation_id="b3", write=counting("again")
+            )
+
+    asyncio.run(scenario())
+    assert calls == ["transition", "bind", "binds"]
+    with db.connect() as connection:
+        assert connection.execute(select(HOST_ROWS.c.note)).scalars().all() == calls
+
+
 # -- a host's own AsyncSession -----------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ from sqlalchemy import create_engine, select, update
 from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError, upgrade
 from cadence_store.errors import JournalIntegrityError
 from cadence_store.models import delivery_bindings, events, operations, runs
-from cadence_store.transfer import Progress, copy_store
+from cadence_store.transfer import Progress, copy_store, export_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cadence-1x"
 RUN = "fec8a140-7996-4634-a993-25c77fa10153"
@@ -78,7 +79,8 @@ def test_copy_sqlite_to_postgresql_and_back(
     report = copy_store(source_url, pg_database_url, batch_size=3, progress=reports.append)
     assert report.runs_written == 8 and report.events_written == 25 and report.runs_skipped == 0
     assert [p.done for p in reports if p.phase == "check"] == [3, 6, 8]
-    assert [p.done for p in reports if p.phase == "copy"] == [0, 3, 6, 8]
+    # the copy advances per run, not per batch
+    assert [p.done for p in reports if p.phase == "copy"] == list(range(9))
     assert_matches_manifest(pg_database_url, manifest)
     assert rows(pg_database_url) == rows(source_url)
 
@@ -98,6 +100,15 @@ def test_copy_sqlite_to_postgresql_and_back(
     assert again.runs_written == 0 and again.runs_skipped == 8 and again.events_written == 0
     assert rows(pg_database_url) == before
     assert copy_store(pg_database_url, back).runs_written == 0
+
+
+def test_export_reports_progress_per_run(source_url: str) -> None:
+    reports: list[Progress] = []
+    report = export_store(source_url, io.StringIO(), batch_size=3, progress=reports.append)
+    assert [(p.phase, p.done, p.total) for p in reports] == [
+        ("export", done, 8) for done in range(1, 9)
+    ]
+    assert [p.run_id for p in reports] == report.written
 
 
 def test_copy_refuses_a_different_run_under_the_same_id(

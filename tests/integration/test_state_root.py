@@ -432,7 +432,7 @@ def test_running_as_another_user_than_the_owner_is_a_coded_refusal(
         monkeypatch.chdir(tmp / "consumer")
         # root made the store first: its abel-cadence belongs to root
         root = resolve_state_root(tmp / "consumer")
-        assert CliRunner().invoke(main, ["info"]).exit_code == 0
+        assert CliRunner().invoke(main, ["upgrade"]).exit_code == 0
         assert os.lstat(root.product_root).st_uid == 0
 
         def open_store() -> str:

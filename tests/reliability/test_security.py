@@ -165,6 +165,11 @@ def test_the_command_line_keeps_the_default_store_private(
     monkeypatch.chdir(consumer)
     monkeypatch.delenv("CADENCE_STORE_URL", raising=False)
     env = {"HOME": str(home), "XDG_STATE_HOME": str(state_home), "CADENCE_STORE_URL": None}
+    if command in (["info"], ["runs"], ["verify"]):  # read-only: they create no store
+        refused = CliRunner().invoke(main, command, env=env)
+        assert refused.exit_code == 3 and "no embedded store exists yet" in refused.stderr
+        assert not (state_home / "abel-cadence").exists()
+        assert CliRunner().invoke(main, ["upgrade"], env=env).exit_code == 0
     result = CliRunner().invoke(main, command, env=env)
     assert result.exit_code == 0, result.output
     product_root = state_home / "abel-cadence"
@@ -300,6 +305,8 @@ _SQL_SINKS = {"execute", "exec_driver_sql", "executescript", "executemany", "tex
 
 # Reviewed: every dynamic SQL string in the package, and why it is safe.
 REVIEWED_DYNAMIC_SQL = {
+    # CREATE/DROP DATABASE of a name the testing plugin makes itself (secrets.token_hex)
+    ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # PRAGMA table_info / foreign_key_list / index_list / index_xinfo on a table or index
     # name from sqlite_master or the fixed table lists, through legacy.quote (doubled quotes)
     ("cadence_store/legacy.py", "describe_table"),

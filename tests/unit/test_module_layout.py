@@ -12,9 +12,8 @@ from cadence_store.sql_rows import ROW_TYPES
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
 MAX_LINES = 500
-# Being split by others right now (the CLI package, the async package) or next; the lead
-# tightens this list as they land.
-NOT_YET_SPLIT = {"cli.py", "cli_render.py", "cli_demo.py", "store.py"}
+# Not split yet (RunStore's class alone is ~500 lines); the lead tightens this as it is.
+NOT_YET_SPLIT = {"store.py"}
 REPOSITORY_MODULES = sorted(PACKAGE.glob("repository*.py"))
 # Subscripts by position of something that is not a statement's row: a page of rows, the
 # bytes of a digest.
@@ -28,8 +27,7 @@ def _modules() -> list[Path]:
     return sorted(
         path
         for path in PACKAGE.rglob("*.py")
-        if path.relative_to(PACKAGE).parts[0] != "async_store"
-        and str(path.relative_to(PACKAGE)) not in NOT_YET_SPLIT
+        if str(path.relative_to(PACKAGE)) not in NOT_YET_SPLIT
     )
 
 

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import uuid
 from collections.abc import Callable
 
-from .errors import LeaseFencedError
-from .journal import ApprovalProof
-from .store import RunStore
+import click
+
+from ..engine import masked_url
+from ..errors import LeaseFencedError
+from ..journal import ApprovalProof
+from ..store import RunStore
+from . import default_root_hash, describe, main, opened, url_option
 
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def run_demo(store: RunStore, location: str, echo: Callable[[str], object]) -> None:
+def run_demo(
+    store: RunStore, location: str, echo: Callable[[str], object], *, url: str | None = None
+) -> None:
     """Design run -> change bound -> implement run with an approved delivery -> transitions
-    -> a lease fenced and replaced -> verification of every run in the store."""
+    -> a lease fenced and replaced -> verification of every run in the store.
+
+    The follow-up commands it suggests name `url` (masked) when the store is not the
+    embedded one."""
     tag = f"demo-{uuid.uuid4().hex[:8]}"
     root = store.state_root
     echo(f"cadence-store demo ({tag})")
@@ -86,4 +96,19 @@ def run_demo(store: RunStore, location: str, echo: Callable[[str], object]) -> N
         echo(f"  (owner-only state root of {root.consumer_root}; nothing was written here).")
     else:
         echo(f"The store lives at {location}.")
-    echo(f"Look around: cadence-store runs; cadence-store show {run.run_id}")
+    where = f" --url {shlex.quote(masked_url(url))}" if url else ""
+    echo(f"Look around: cadence-store runs{where}; cadence-store show {run.run_id}{where}")
+
+
+@main.command()
+@url_option
+def demo(url: str | None) -> None:
+    """A scripted lifecycle on the embedded store: runs, bindings, leases, verification.
+
+    Prints every step and where the store lives.
+
+    \b
+    Example: cadence-store demo
+    """
+    with opened(url, root_hash=default_root_hash() if url else None, create=True) as store:
+        run_demo(store, describe(store), click.echo, url=url)

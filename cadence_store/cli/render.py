@@ -21,8 +21,8 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from .engine import masked_url
-from .errors import (
+from ..engine import masked_url
+from ..errors import (
     CadenceStoreError,
     InvalidInputError,
     InvalidTransitionError,
@@ -37,7 +37,8 @@ from .errors import (
     StoreFormatError,
     StoreUnavailableError,
 )
-from .journal.vocabulary import LeaseStanding
+from ..journal.views import RunDetail
+from ..journal.vocabulary import LeaseStanding
 
 EXIT_OK: Final = 0
 EXIT_CORRUPT: Final = 1
@@ -55,16 +56,15 @@ _MAX_DETAIL: Final = 300
 
 
 def exit_code(error: CadenceStoreError) -> int:
-    """0 ok, 1 corruption found, 2 usage or invalid input, 3 store refused or unavailable."""
+    """0 ok, 1 corruption found, 2 usage or invalid input, 3 store refused or unavailable.
+
+    A fenced (expired, replaced or already committed) lease is the store refusing a
+    holder it no longer recognises, not a usage error: exit 3."""
     if isinstance(error, JournalIntegrityError):
         return EXIT_CORRUPT
     if isinstance(
         error,
-        InvalidInputError
-        | RunNotFoundError
-        | OperationConflictError
-        | InvalidTransitionError
-        | LeaseFencedError,
+        InvalidInputError | RunNotFoundError | OperationConflictError | InvalidTransitionError,
     ):
         return EXIT_INPUT
     return EXIT_STORE
@@ -112,6 +112,8 @@ def hint(error: CadenceStoreError) -> str:
     if isinstance(error, RunNotFoundError):
         return "no run has that id; list them with `cadence-store runs`"
     if isinstance(error, LeaseFencedError):
+        if error.detail and "already committed" in error.detail:
+            return "nothing to do: a new lease on it would start the operation again"
         return (
             "that lease expired or was replaced; acquire a new one (`cadence-store lease acquire`)"
         )
@@ -121,6 +123,11 @@ def hint(error: CadenceStoreError) -> str:
         if error.code in ("run-id-conflict", "run-lookup-conflict"):
             return "the destination holds different runs under those ids; nothing was written"
         return "the request contradicts what is recorded; use a new operation id or check the run"
+    if error.code == "invalid-change":
+        return (
+            "a change is 1-128 characters of a-z, 0-9 and '-', starting and ending with a "
+            "letter or digit (e.g. add-login)"
+        )
     if isinstance(error, InvalidInputError):
         return "check the arguments (see --help)"
     return "see `cadence-store --help`"
@@ -132,10 +139,12 @@ def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]
     lines = [f"error: {scrub(error.code, known)}"]
     if error.detail:
         detail = " ".join(scrub(str(error.detail), known).split())
+        # an upgrade detail ends with the command, which the hint line repeats
+        if isinstance(error, SchemaOutOfDateError):
+            detail = detail.removesuffix(f"; run: {scrub(error.command, known)}")
         if len(detail) > _MAX_DETAIL:
             detail = detail[: _MAX_DETAIL - 3] + "..."
-        if not isinstance(error, SchemaOutOfDateError):
-            lines.append(f"  {detail}")
+        lines.append(f"  {detail}")
     lines.append(f"  {scrub(hint(error), known)}")
     return lines
 
@@ -224,3 +233,64 @@ def lease_label(standing: LeaseStanding) -> str:
     if standing == LeaseStanding.MISSING:
         return "running (no lease)"
     return str(standing)
+
+
+def print_run_detail(detail: RunDetail, *, now: int) -> None:
+    """`show`'s tables: the run, its delivery bindings, operations and state timeline."""
+    projection = detail.projection
+    bindings = detail.delivery_bindings
+    receipts = detail.operations
+    timeline = detail.timeline
+    out = console()
+    summary = {
+        "run": projection.run_id,
+        "stage": projection.stage,
+        "change": projection.change,
+        "provisional key": projection.provisional_key,
+        "state": projection.state,
+        "pause code": projection.pause_code,
+        "terminal": projection.terminal,
+        "sequence": projection.sequence,
+        "head hash": projection.event_hash,
+        "delivery revision": projection.delivery_revision,
+        "root hash": projection.root_hash,
+    }
+    out.print(key_values({k: v for k, v in summary.items() if v is not None}, title="Run"))
+    out.print()
+    listing = table(
+        "GATE", "REV", "RECEIPT", "APPROVAL PROOF", "OPERATION", title="Delivery bindings"
+    )
+    for b in bindings:
+        approval = b.approval_proof
+        proof = (
+            f"r{approval.revision} contract {short(approval.contract_hash)} "
+            f"record {short(approval.record_hash)}"
+            if approval is not None
+            else "-"
+        )
+        listing.add_row(b.gate, str(b.revision), b.receipt_hash, proof, b.operation_id)
+    out.print(listing if bindings else "Delivery bindings: none")
+    out.print()
+    listing = table("OPERATION", "KIND", "STATE", "LEASE", "EXPIRES", "FENCE", title="Operations")
+    for o in receipts:
+        listing.add_row(
+            o.operation_id,
+            o.kind,
+            o.state,
+            lease_label(o.lease),
+            timestamp(o.expires_at, now=now),
+            text(o.fence),
+        )
+    out.print(listing if receipts else "Operations: none")
+    out.print()
+    listing = table("SEQ", "EVENT", "STATE", "CODE", title="State timeline")
+    for step in timeline:
+        listing.add_row(
+            str(step.sequence),
+            step.event,
+            step.state if step.state is not None else f"(chain broken: {step.error})",
+            text(step.code),
+        )
+    out.print(listing)
+    path = " → ".join(step.state for step in timeline if step.state is not None)
+    out.print(f"path: {path}")
