@@ -64,6 +64,7 @@ class JournalIntegrityError(CadenceStoreError):
         expected: Any = None,
         actual: Any = None,
         operation_id: str | None = None,
+        field: str | None = None,
     ) -> None:
         super().__init__(code, detail)
         self.run_id = run_id
@@ -71,6 +72,9 @@ class JournalIntegrityError(CadenceStoreError):
         self.expected = expected
         self.actual = actual
         self.operation_id = operation_id  # set when an operations row does not verify
+        # set when an event does not link into its chain: what differs ("sequence",
+        # "priorHash", "hash"; "payload" when the payload itself is unusable)
+        self.field = field
 
 
 class StoreFormatError(CadenceStoreError):

@@ -198,13 +198,6 @@ def matches_schema(query: Query, schema: str) -> bool:
     return True
 
 
-def table_names(query: Query) -> set[str]:
-    rows = query(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", ()
-    )
-    return {str(row[0]) for row in rows}
-
-
 def column_names(query: Query, table: str) -> list[str]:
     return [str(row[1]) for row in query(f"PRAGMA table_info({quote(table)})", ())]
 

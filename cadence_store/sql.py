@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -30,9 +30,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
+from .journal.vocabulary import COMMITTED, INTERRUPTED, KIND_LEASE, RUNNING
 from .models import delivery_bindings, events, operations, runs
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
+Row = TypeVar("Row", bound=tuple[Any, ...])
 
 
 def _upsert_receipt(dialect_name: str) -> ClauseElement:
@@ -41,13 +43,13 @@ def _upsert_receipt(dialect_name: str) -> ClauseElement:
         run_id=bindparam("run_id"),
         operation_id=bindparam("operation_id"),
         kind=bindparam("kind"),
-        state=literal("committed"),
+        state=literal(COMMITTED),
         outcome_json=bindparam("outcome_json"),
     )
     return statement.on_conflict_do_update(
         index_elements=[operations.c.run_id, operations.c.operation_id],
         set_={
-            "state": "committed",
+            "state": COMMITTED,
             "outcome_json": statement.excluded.outcome_json,
             "lease_token": None,
             "lease_expires_at": None,
@@ -201,8 +203,8 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "insert_lease": lambda _: operations.insert().values(
         run_id=bindparam("run_id"),
         operation_id=bindparam("operation_id"),
-        kind=literal("lease"),
-        state=literal("running"),
+        kind=literal(KIND_LEASE),
+        state=literal(RUNNING),
         lease_token=bindparam("lease_token"),
         lease_expires_at=bindparam("lease_expires_at"),
         lease_fence=bindparam("lease_fence"),
@@ -211,7 +213,7 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         update(operations)
         .where(_OPERATION)
         .values(
-            state="running",
+            state=RUNNING,
             outcome_json=None,
             lease_token=bindparam("lease_token"),
             lease_expires_at=bindparam("lease_expires_at"),
@@ -227,7 +229,7 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         update(operations)
         .where(
             _OPERATION,
-            operations.c.state == "running",
+            operations.c.state == RUNNING,
             operations.c.lease_token == bindparam("token"),
         )
         .values(
@@ -241,22 +243,22 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         update(operations)
         .where(
             _OPERATION,
-            operations.c.state == "running",
+            operations.c.state == RUNNING,
             operations.c.lease_expires_at < bindparam("now"),
         )
-        .values(state="interrupted", lease_token=None, lease_expires_at=None)
+        .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
     ),
     "expire_leases": lambda _: (
         update(operations)
-        .where(operations.c.state == "running", operations.c.lease_expires_at < bindparam("now"))
-        .values(state="interrupted", lease_token=None, lease_expires_at=None)
+        .where(operations.c.state == RUNNING, operations.c.lease_expires_at < bindparam("now"))
+        .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
     ),
     # every row is judged at the server's time when it is reached (and re-judged after
     # waiting for a holder's row lock, so a lease renewed meanwhile stays live)
     "expire_leases_timed": lambda _: (
         update(operations)
-        .where(operations.c.state == "running", operations.c.lease_expires_at < server_time_ms())
-        .values(state="interrupted", lease_token=None, lease_expires_at=None)
+        .where(operations.c.state == RUNNING, operations.c.lease_expires_at < server_time_ms())
+        .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
     ),
     "owner_of_key": lambda _: select(runs.c.run_id).where(
         runs.c.root_hash == bindparam("root_hash"),
@@ -383,6 +385,15 @@ class Statements:
     def all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = self._run(name, params).fetchall()
         return rows
+
+    def row(self, name: str, row_type: Callable[..., Row], **params: Any) -> Row | None:
+        """`one`, as the statement's row type (`sql_rows.ROW_TYPES`)."""
+        found = self._run(name, params).fetchone()
+        return None if found is None else row_type(*found)
+
+    def rows(self, name: str, row_type: Callable[..., Row], **params: Any) -> list[Row]:
+        """`all`, as the statement's row type (`sql_rows.ROW_TYPES`)."""
+        return [row_type(*found) for found in self._run(name, params).fetchall()]
 
     def write(self, name: str, **params: Any) -> int:
         count: int = self._run(name, params).rowcount

@@ -53,7 +53,9 @@ from .journal.values import ApprovalProof, BindDelivery
 from .journal.views import RunDetail, StoreCounts
 from .legacy import CADENCE_TABLE_NAMES
 from .repository import (
+    COMMITTED,
     DELIVERY_BOUND,
+    INTERRUPTED,
     TRANSITIONED,
     Clock,
     ExpiryNeeded,
@@ -507,7 +509,7 @@ class RunStore:
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
         def rerun(runs: RunRepository) -> dict[str, Any]:
-            if runs.finished_lease(lease, "committed", outcome):
+            if runs.finished_lease(lease, COMMITTED, outcome):
                 recorded: dict[str, Any] = json.loads(js_stringify(outcome))
                 return recorded
             return runs.commit_lease(lease, outcome)
@@ -516,7 +518,7 @@ class RunStore:
 
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         def rerun(runs: RunRepository) -> None:
-            if not runs.finished_lease(lease, "interrupted"):
+            if not runs.finished_lease(lease, INTERRUPTED):
                 runs.interrupt_lease(lease)
 
         self._write(lambda runs: runs.interrupt_lease(lease), rerun)

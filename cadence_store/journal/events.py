@@ -12,16 +12,11 @@ from ..errors import JournalIntegrityError
 from .canonical import canonical_json
 from .validation import SHA256, is_safe_integer
 from .values import RunEvent
+from .vocabulary import EVENT_TYPE_VALUES
 
 ZERO_EVENT_HASH: Final = "0" * 64
 
-EVENT_TYPES: Final = (
-    "run-created",
-    "change-bound",
-    "delivery-bound",
-    "state-transitioned",
-    "operation-interrupted",
-)
+EVENT_TYPES: Final = EVENT_TYPE_VALUES
 
 
 # Strings JSON.stringify writes as they are, between quotes (printable ASCII, no `"` or `\`).

@@ -26,6 +26,16 @@ from .states import RUN_STATES, TERMINAL_STATES, assert_transition
 from .stored_json import decode_payload
 from .validation import is_safe_integer, is_sha256
 from .values import RunEvent, RunProjection
+from .vocabulary import (
+    CHANGE_BOUND,
+    DELIVERY_BOUND,
+    DESIGN_STAGE,
+    GATE_VALUES,
+    OPERATION_INTERRUPTED,
+    RUN_CREATED,
+    STAGE_VALUES,
+    STATE_TRANSITIONED,
+)
 
 Document = dict[str, Any]
 
@@ -56,7 +66,7 @@ def _created(projection: Document | None, sequence: int, payload: Mapping[str, A
     if projection is not None or sequence != 1:
         raise JournalIntegrityError("event-integrity-duplicate-create")
     stage = payload.get("stage")
-    if stage not in ("abel-design", "abel-implement"):
+    if stage not in STAGE_VALUES:
         raise JournalIntegrityError("event-integrity-invalid-stage")
     change = payload.get("change")
     provisional_key = payload.get("provisionalKey")
@@ -92,7 +102,7 @@ def _delivery_bound(
     has_proof = "approvalProof" in payload
     proof = payload.get("approvalProof")
     if (
-        gate not in ("gate-a", "gate-b")
+        gate not in GATE_VALUES
         or not is_safe_integer(revision)
         or revision < 1  # type: ignore[operator]
         or not is_sha256(receipt_hash)
@@ -154,7 +164,7 @@ def _interrupted(projection: Document | None, owned: bool) -> Document:
         assert_transition(projection["state"], target)
     result = projection if owned else dict(projection)
     result["state"] = target
-    result["pauseCode"] = "operation-interrupted"
+    result["pauseCode"] = OPERATION_INTERRUPTED
     return result
 
 
@@ -180,10 +190,10 @@ def _fold(
 ) -> Document | None:
     """`apply_event`; with `owned`, `projection` belongs to the caller's replay alone and
     is updated in place (no copy per event). Every check runs before anything changes."""
-    if type_ == "run-created":
+    if type_ == RUN_CREATED:
         result = _created(projection, sequence, payload)
-    elif type_ == "change-bound":
-        if projection is None or projection.get("stage") != "abel-design":
+    elif type_ == CHANGE_BOUND:
+        if projection is None or projection.get("stage") != DESIGN_STAGE:
             raise JournalIntegrityError("event-integrity-change-binding")
         change = _require_string(payload, "change")
         if owned:
@@ -192,17 +202,36 @@ def _fold(
         else:
             result = {k: v for k, v in projection.items() if k != "provisionalKey"}
         result["change"] = change
-    elif type_ == "delivery-bound":
+    elif type_ == DELIVERY_BOUND:
         result = _delivery_bound(projection, payload, owned)
-    elif type_ == "state-transitioned":
+    elif type_ == STATE_TRANSITIONED:
         result = _transitioned(projection, payload, owned)
-    elif type_ == "operation-interrupted":
+    elif type_ == OPERATION_INTERRUPTED:
         result = _interrupted(projection, owned)
     else:
         return None
     result["sequence"] = sequence
     result["eventHash"] = hash_
     return result
+
+
+def chain_break(
+    detail: str | None = None,
+    *,
+    sequence: int | None,
+    field: str,
+    expected: Any = None,
+    actual: Any = None,
+) -> JournalIntegrityError:
+    """An event that does not link into its chain: `field` names what differs."""
+    return JournalIntegrityError(
+        "event-integrity-hash-chain",
+        detail,
+        sequence=sequence,
+        expected=expected,
+        actual=actual,
+        field=field,
+    )
 
 
 class ChainVerifier:
@@ -235,9 +264,7 @@ class ChainVerifier:
         try:
             payload, canonical = decode_payload(payload_json)
         except (TypeError, ValueError, RecursionError):  # RecursionError: hostile nesting
-            raise JournalIntegrityError(
-                "event-integrity-hash-chain", "payload is not JSON", sequence=sequence
-            ) from None
+            raise chain_break("payload is not JSON", sequence=sequence, field="payload") from None
         expected = None
         if canonical is not None and prior_hash == self.prior_hash:
             # the hot path of verification, so the header is written here directly
@@ -252,7 +279,7 @@ class ChainVerifier:
         if expected is None:
             try:
                 expected = hash_event(sequence, type_, payload, prior_hash)
-            except JsonValueError:
+            except (JsonValueError, RecursionError):
                 expected = None
         self._check(sequence, hash_, prior_hash, expected)
         self.advance(sequence, type_, payload, hash_)
@@ -267,12 +294,28 @@ class ChainVerifier:
             or expected is None
             or expected != hash_
         ):
-            raise JournalIntegrityError(
-                "event-integrity-hash-chain",
-                sequence=self.count + 1,
-                expected=expected if prior_hash == self.prior_hash else self.prior_hash,
-                actual=hash_ if prior_hash == self.prior_hash else prior_hash,
+            raise self._break(sequence, hash_, prior_hash, expected)
+
+    def _break(
+        self, sequence: int, hash_: str, prior_hash: str, expected: str | None
+    ) -> JournalIntegrityError:
+        """What differs, in the order cadence 1.x checks it."""
+        wanted = self.count + 1
+        if sequence != wanted or isinstance(sequence, bool):
+            return chain_break(
+                "event missing or out of order",
+                sequence=wanted,
+                field="sequence",
+                expected=wanted,
+                actual=sequence,
             )
+        if prior_hash != self.prior_hash:
+            return chain_break(
+                sequence=wanted, field="priorHash", expected=self.prior_hash, actual=prior_hash
+            )
+        if expected is None:
+            return chain_break("payload not hashable", sequence=wanted, field="payload")
+        return chain_break(sequence=wanted, field="hash", expected=expected, actual=hash_)
 
     def advance(self, sequence: int, type_: str, payload: Any, hash_: str) -> None:
         """Fold one event whose sequence, link and hash the caller has already checked."""

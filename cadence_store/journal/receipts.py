@@ -28,15 +28,20 @@ from typing import Any, Final
 from ..errors import JournalIntegrityError
 from .canonical import JsonValueError, is_nested_too_deep, js_stringify, js_stringify_likely
 from .validation import is_safe_integer
+from .vocabulary import (
+    COMMITTED,
+    JOURNAL_RECEIPT_KIND_VALUES,
+    KIND_LEASE,
+    OPERATION_STATE_VALUES,
+    RUNNING,
+)
 
 Document = dict[str, Any]
 Rows = Iterable[Sequence[Any]]
 
-JOURNAL_RECEIPT_KINDS: Final = frozenset(
-    {"start", "change-bound", "delivery-bound", "state-transitioned"}
-)
-LEASE_KIND: Final = "lease"
-OPERATION_STATES: Final = ("running", "committed", "interrupted")
+JOURNAL_RECEIPT_KINDS: Final = JOURNAL_RECEIPT_KIND_VALUES
+LEASE_KIND: Final = KIND_LEASE
+OPERATION_STATES: Final = OPERATION_STATE_VALUES
 # the columns of an operations row a check needs, in this order
 OPERATION_COLUMNS: Final = (
     "operation_id",
@@ -101,7 +106,7 @@ def _lease_problem(
 ) -> ReceiptProblem | None:
     if state not in OPERATION_STATES:
         return ReceiptProblem(operation_id, STATE_INVALID, "state", OPERATION_STATES, state)
-    if state == "running":
+    if state == RUNNING:
         if not isinstance(token, str) or token == "":
             return ReceiptProblem(operation_id, STATE_INVALID, "lease_token", "a token", token)
         if not isinstance(expires_at, int) or not is_safe_integer(expires_at) or expires_at < 0:
@@ -113,7 +118,7 @@ def _lease_problem(
             ("lease_token", token) if token is not None else ("lease_expires_at", expires_at)
         )
         return ReceiptProblem(operation_id, STATE_INVALID, field, None, value)
-    if state == "committed":
+    if state == COMMITTED:
         outcome = _object(outcome_json)
         if outcome is None or is_nested_too_deep(outcome):
             return ReceiptProblem(
@@ -132,7 +137,7 @@ def _receipt_shape(
         return ReceiptProblem(operation_id, KIND_INVALID, "kind", kinds, kind)
     # a journal receipt is written committed, without a lease, in one statement
     for field, value, wanted in (
-        ("state", state, "committed"),
+        ("state", state, COMMITTED),
         ("lease_token", token, None),
         ("lease_expires_at", expires_at, None),
     ):
@@ -165,7 +170,7 @@ class ReceiptVerifier:
             return
         operation_id, kind, state, outcome_json, token, expires_at, fence = row
         if (
-            state == "committed"
+            state == COMMITTED
             and token is None
             and expires_at is None
             and fence is None

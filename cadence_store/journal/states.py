@@ -5,29 +5,10 @@ from __future__ import annotations
 from typing import Final
 
 from ..errors import InvalidTransitionError
+from .vocabulary import RUN_STATE_VALUES, STAGE_VALUES
 
-RUN_STAGES: Final = ("abel-design", "abel-implement")
-
-RUN_STATES: Final = (
-    "created",
-    "validating-delivery",
-    "ready",
-    "queued",
-    "connecting",
-    "running",
-    "validating",
-    "verifying",
-    "retryable",
-    "paused",
-    "approval-needed",
-    "change-verifying",
-    "ready-to-apply",
-    "applying",
-    "recovering",
-    "completed",
-    "discarded",
-    "rejected",
-)
+RUN_STAGES: Final = STAGE_VALUES
+RUN_STATES: Final = RUN_STATE_VALUES
 
 TERMINAL_STATES: Final = frozenset({"completed", "discarded", "rejected"})
 
@@ -95,10 +76,6 @@ def can_transition(from_: str, to: str) -> bool:
 def assert_transition(from_: str, to: str) -> None:
     if not can_transition(from_, to):
         raise InvalidTransitionError(f"invalid-run-transition:{from_}:{to}")
-
-
-def is_terminal(state: str) -> bool:
-    return state in TERMINAL_STATES
 
 
 def legal_control_commands(state: str) -> list[str]:

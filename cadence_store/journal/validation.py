@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
 from ..errors import InvalidInputError, LeaseFencedError, RunNotFoundError
 from .states import RUN_STAGES
-from .values import ApprovalProof, OperationLease
+from .values import ApprovalProof, BindDelivery, OperationLease
+from .vocabulary import DESIGN_STAGE, GATE_VALUES
 
 CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
 # ASCII only: Python would otherwise also fold U+0130/U+0131 into [a-z], which cadence 1.x
@@ -18,7 +19,7 @@ CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
 IDENTIFIER = re.compile(r"[a-z0-9](?:[a-z0-9._:-]{0,126}[a-z0-9])?", re.IGNORECASE | re.ASCII)
 SHA256 = re.compile(r"[a-f0-9]{64}")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
-DELIVERY_GATES = ("gate-a", "gate-b")
+DELIVERY_GATES = GATE_VALUES
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_PROVISIONAL_ALIASES = 4
 
@@ -124,7 +125,7 @@ def lookup_keys(
         or not all(is_sha256(alias) for alias in aliases)
     ):
         raise InvalidInputError("invalid-provisional-key")
-    if stage != "abel-design":
+    if stage != DESIGN_STAGE:
         raise InvalidInputError("provisional-run-requires-design")
     unique = dict.fromkeys([str(provisional_key), *aliases])
     return [f"provisional:{key}" for key in unique]
@@ -190,3 +191,89 @@ def require_callable(value: object, code: str) -> Any:
     if not callable(value):
         raise InvalidInputError(code)
     return value
+
+
+def require_bool(value: object, code: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInputError(code)
+    return value
+
+
+def check_delivery(
+    run_id: object,
+    gate: object,
+    revision: object,
+    receipt_hash: object,
+    operation_id: object,
+    approval_proof: object,
+    lease: object,
+) -> BindDelivery:
+    """Validate one delivery binding request, in cadence 1.x's order of checks."""
+    checked_operation = require_operation_id(operation_id)
+    gate_, revision_, receipt_ = require_delivery(gate, revision, receipt_hash)
+    proof = coerce_approval_proof(approval_proof)
+    checked_lease = coerce_optional_lease(lease)
+    return BindDelivery.model_construct(
+        run_id=require_run_id(run_id),
+        gate=gate_,
+        revision=revision_,
+        receipt_hash=receipt_,
+        operation_id=checked_operation,
+        approval_proof=proof,
+        lease=checked_lease,
+    )
+
+
+# the keys one request of `check_deliveries` may have (snake_case or camelCase)
+DELIVERY_FIELDS: Final = frozenset(
+    {
+        "run_id",
+        "runId",
+        "gate",
+        "revision",
+        "receipt_hash",
+        "receiptHash",
+        "operation_id",
+        "operationId",
+        "approval_proof",
+        "approvalProof",
+        "lease",
+    }
+)
+
+
+def check_deliveries(inputs: object) -> list[BindDelivery]:
+    """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules): one run,
+    one lease token, at least one request."""
+    if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Iterable):
+        raise InvalidInputError("delivery-binding-write-invalid")
+    requests = []
+    for item in inputs:
+        if isinstance(item, BindDelivery):
+            fields: Mapping[str, Any] = dict(item)
+        elif isinstance(item, Mapping):
+            fields = item
+        else:
+            raise InvalidInputError("invalid-delivery-binding")
+        if set(fields) - DELIVERY_FIELDS:
+            raise InvalidInputError("invalid-delivery-binding")
+        requests.append(
+            check_delivery(
+                fields.get("run_id", fields.get("runId")),
+                fields.get("gate"),
+                fields.get("revision"),
+                fields.get("receipt_hash", fields.get("receiptHash")),
+                fields.get("operation_id", fields.get("operationId")),
+                fields.get("approval_proof", fields.get("approvalProof")),
+                fields.get("lease"),
+            )
+        )
+    if not requests:
+        raise InvalidInputError("delivery-binding-empty")
+    first = requests[0]
+    token = first.lease.token if first.lease else None
+    if any(
+        r.run_id != first.run_id or (r.lease.token if r.lease else None) != token for r in requests
+    ):
+        raise InvalidInputError("delivery-binding-write-invalid")
+    return requests

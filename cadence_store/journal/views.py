@@ -8,14 +8,14 @@ reads the rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import StrictInt, StrictStr
 
-from ..errors import CadenceStoreError, InvalidInputError, JournalIntegrityError
+from ..errors import CadenceStoreError, InvalidInputError
+from .documents import stored_outcome, stored_projection
 from .projection import apply_event
 from .validation import is_safe_integer, is_storable, require_change, require_root_hash
 from .values import ApprovalProof, RunEvent, RunProjection, _Value
@@ -135,30 +135,6 @@ def check_run_listing(
         limit=limit,
         after=after,
     )
-
-
-def stored_projection(text: object, run_id: str) -> RunProjection:
-    """A run row's `projection_json`, validated (cadence 1.x key order kept)."""
-    try:
-        document = json.loads(text) if isinstance(text, str) else None
-        if isinstance(document, dict) and isinstance(document.get("runId"), str):
-            return RunProjection.from_document(document)
-    except (ValueError, RecursionError):  # RecursionError: a hostile row nested too deep
-        pass
-    raise JournalIntegrityError("run-projection-invalid", run_id=run_id)
-
-
-def stored_outcome(text: object, run_id: str) -> dict[str, Any] | None:
-    """An operation row's `outcome_json`: an object, or None when nothing was recorded."""
-    if text is None:
-        return None
-    try:
-        outcome = json.loads(text) if isinstance(text, str) else None
-    except (ValueError, RecursionError):
-        outcome = None
-    if not isinstance(outcome, dict):
-        raise JournalIntegrityError("operation-outcome-invalid", run_id=run_id)
-    return outcome
 
 
 def lease_standing(state: str, has_token: bool, expires_at: int | None, now: int) -> LeaseStanding:

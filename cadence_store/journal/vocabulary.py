@@ -90,13 +90,53 @@ TERMINAL_RUN_STATES: Final[frozenset[str]] = frozenset(
     {RunState.COMPLETED, RunState.DISCARDED, RunState.REJECTED}
 )
 
+# The values as plain `str`, for hot paths (a literal-speed global, not a member lookup per
+# call) and SQL parameters (a driver may adapt an Enum by its name, not its value).
+RUN_CREATED: Final = EventType.RUN_CREATED.value
+CHANGE_BOUND: Final = EventType.CHANGE_BOUND.value
+DELIVERY_BOUND: Final = EventType.DELIVERY_BOUND.value
+STATE_TRANSITIONED: Final = EventType.STATE_TRANSITIONED.value
+OPERATION_INTERRUPTED: Final = EventType.OPERATION_INTERRUPTED.value
+KIND_START: Final = OperationKind.START.value
+KIND_LEASE: Final = OperationKind.LEASE.value
+RUNNING: Final = OperationState.RUNNING.value
+COMMITTED: Final = OperationState.COMMITTED.value
+INTERRUPTED: Final = OperationState.INTERRUPTED.value
+DESIGN_STAGE: Final = Stage.DESIGN.value
+# each enum's values in declaration order (cadence 1.x's order)
+EVENT_TYPE_VALUES: Final = tuple(member.value for member in EventType)
+OPERATION_STATE_VALUES: Final = tuple(member.value for member in OperationState)
+STAGE_VALUES: Final = tuple(member.value for member in Stage)
+GATE_VALUES: Final = tuple(member.value for member in Gate)
+RUN_STATE_VALUES: Final = tuple(member.value for member in RunState)
+JOURNAL_RECEIPT_KIND_VALUES: Final = frozenset(
+    member.value for member in OperationKind if member is not OperationKind.LEASE
+)
+
 # The events that set a run's state (its timeline); the others change keys or bindings.
 STATE_SETTING_EVENTS: Final[frozenset[str]] = frozenset(
     {EventType.RUN_CREATED, EventType.STATE_TRANSITIONED, EventType.OPERATION_INTERRUPTED}
 )
 
 __all__ = [
+    "CHANGE_BOUND",
+    "COMMITTED",
+    "DELIVERY_BOUND",
+    "DESIGN_STAGE",
     "EVENT_TYPE_NAMES",
+    "EVENT_TYPE_VALUES",
+    "GATE_VALUES",
+    "INTERRUPTED",
+    "JOURNAL_RECEIPT_KIND_VALUES",
+    "KIND_LEASE",
+    "KIND_START",
+    "OPERATION_INTERRUPTED",
+    "OPERATION_STATE_VALUES",
+    "RUNNING",
+    "RUN_CREATED",
+    "RUN_STATE_VALUES",
+    "STAGE_VALUES",
+    "STATE_TRANSITIONED",
     "GATE_NAMES",
     "OPERATION_STATE_NAMES",
     "RUN_STATE_NAMES",

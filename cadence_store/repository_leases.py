@@ -1,0 +1,263 @@
+"""Operation leases: grant, renew, check, finish and expire (cadence 1.x's rules, with
+fences). A lease is a row of `operations` (kind "lease"), locked before it is judged."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import (
+    InvalidInputError,
+    JournalIntegrityError,
+    LeaseFencedError,
+    OperationConflictError,
+    RunNotFoundError,
+)
+from .failures import WRITE, coded
+from .journal import OperationLease, OperationStatus, js_stringify
+from .journal.canonical import JsonValueError, has_lossy_number
+from .journal.documents import stored_outcome
+from .journal.validation import (
+    coerce_lease,
+    require_bool,
+    require_operation_id,
+    require_run_id,
+    require_ttl,
+)
+from .journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING
+from .repository_core import (
+    LEASE,
+    ExpiryNeeded,
+    RepositoryCore,
+    expiry,
+)
+from .sql import Statements
+from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
+
+
+class LeaseRules(RepositoryCore):
+    """The lease calls of `RunRepository`."""
+
+    def _assert_live(
+        self, sql: Statements, lease: OperationLease
+    ) -> tuple[OperationRow | TimedOperationRow, int]:
+        """The locked row of `lease`'s operation and the lease time it was judged at, or
+        `lease-fenced`. The token decides which grant is live (no clock involved); the
+        lease time decides only whether that grant has expired."""
+        row, now = self._timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
+        if (
+            row is None
+            or now is None
+            or row.state != RUNNING
+            or row.lease_token != lease.token
+            or lease.fence not in (0, row.lease_fence or 0)  # 0: cadence 1.x shape
+            or row.lease_expires_at is None
+            or row.lease_expires_at < now
+        ):
+            raise LeaseFencedError("lease-fenced")
+        return row, now
+
+    @coded(WRITE)
+    def acquire_lease(
+        self,
+        run_id: str,
+        operation_id: str,
+        ttl_ms: int,
+        *,
+        preempt: bool = False,
+        exclusive: bool = False,
+        lease_token: str | None = None,
+    ) -> OperationLease:
+        """`lease_token`: the token to grant (default: a fresh one). A live lease already
+        granted under it is returned as it is, whatever `preempt` and `exclusive` say:
+        `RunStore` passes the same token to every attempt of one call, so an attempt
+        re-run after a lost connection finds the lease its first attempt took."""
+        require_operation_id(operation_id)
+        ttl = require_ttl(ttl_ms)
+        require_bool(preempt, "invalid-lease-option")
+        require_bool(exclusive, "invalid-lease-option")
+        require_run_id(run_id)
+        sql = self._write_statements()
+        if self._server_clock():
+            locked = sql.row("head_for_update_timed", TimedHeadRow, run_id=run_id)
+            if locked is None:
+                raise RunNotFoundError("run-not-found")
+            existing, existing_now = self._timed_operation(sql, run_id, operation_id, lock=True)
+            # the later reading, after the operation row's lock too, when there is a row
+            now = int(locked.now) if existing_now is None else existing_now
+        else:
+            self._require_head(sql, run_id, lock=True)
+            now = self._now()
+            existing = self._operation(sql, run_id, operation_id, lock=True)
+        if existing is not None and existing.kind != LEASE:
+            # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
+            raise OperationConflictError("operation-id-conflict")
+        if (
+            lease_token is not None
+            and existing is not None
+            and existing.state == RUNNING
+            and existing.lease_token == lease_token
+            and existing.lease_expires_at is not None
+            and existing.lease_expires_at >= now
+        ):
+            return OperationLease(
+                run_id=run_id,
+                operation_id=operation_id,
+                token=lease_token,
+                expires_at=existing.lease_expires_at,
+                fence=existing.lease_fence or 0,
+            )
+        if (
+            existing is not None
+            and existing.state == RUNNING
+            and existing.lease_token
+            and existing.lease_expires_at is not None
+            and existing.lease_expires_at >= now
+            and not preempt
+        ):
+            if exclusive:
+                raise OperationConflictError("operation-already-running")
+            return OperationLease(
+                run_id=run_id,
+                operation_id=operation_id,
+                token=existing.lease_token,
+                expires_at=existing.lease_expires_at,
+                fence=existing.lease_fence or 0,
+            )
+        # A new grant: the next fence of this operation (the row keeps the last one through
+        # commit, interrupt and expiry, and export/import/copy carry it).
+        fence = 1 if existing is None else (existing.lease_fence or 0) + 1
+        token = str(uuid.uuid4()) if lease_token is None else lease_token
+        lease = OperationLease(
+            run_id=run_id,
+            operation_id=operation_id,
+            token=token,
+            expires_at=expiry(now, ttl),
+            fence=fence,
+        )
+        sql.write(
+            "insert_lease" if existing is None else "restart_lease",
+            run_id=run_id,
+            operation_id=operation_id,
+            lease_token=lease.token,
+            lease_expires_at=lease.expires_at,
+            lease_fence=fence,
+        )
+        return lease
+
+    @coded(WRITE)
+    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
+        ttl = require_ttl(ttl_ms)
+        checked = coerce_lease(lease)
+        sql = self._write_statements()
+        row, now = self._assert_live(sql, checked)
+        expires_at = expiry(now, ttl)
+        sql.write(
+            "renew_lease",
+            run_id=checked.run_id,
+            operation_id=checked.operation_id,
+            token=checked.token,
+            lease_expires_at=expires_at,
+        )
+        return checked.model_copy(update={"expires_at": expires_at, "fence": row.lease_fence or 0})
+
+    @coded(WRITE)
+    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        self._assert_live(self._write_statements(), coerce_lease(lease))
+
+    def _finish_lease(self, lease: OperationLease, state: str, outcome_json: str | None) -> None:
+        sql = self._write_statements()
+        self._assert_live(sql, lease)
+        changed = sql.write(
+            "finish_lease",
+            run_id=lease.run_id,
+            operation_id=lease.operation_id,
+            token=lease.token,
+            new_state=state,
+            outcome_json=outcome_json,
+        )
+        if changed != 1:
+            raise LeaseFencedError("lease-fenced")
+
+    @coded(WRITE)
+    def commit_lease(
+        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        checked = coerce_lease(lease)
+        if not isinstance(outcome, Mapping):
+            raise InvalidInputError("operation-outcome-invalid")
+        try:
+            serialized = js_stringify(outcome)
+        except (JsonValueError, RecursionError):
+            raise InvalidInputError("operation-outcome-invalid") from None
+        if has_lossy_number(outcome):
+            # JSON.stringify would write it as null: refused rather than lost
+            raise InvalidInputError("operation-outcome-invalid", "a number JSON cannot carry")
+        self._finish_lease(checked, COMMITTED, serialized)
+        result: dict[str, Any] = json.loads(serialized)
+        return result
+
+    @coded(WRITE)
+    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        self._finish_lease(coerce_lease(lease), INTERRUPTED, None)
+
+    @coded(WRITE)
+    def finished_lease(
+        self,
+        lease: OperationLease | Mapping[str, Any],
+        state: str,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Whether `lease`'s operation is already finished as `state` (COMMITTED with
+        exactly `outcome`, or INTERRUPTED): `RunStore` re-runs a commit or an interrupt
+        whose acknowledgement was lost, and one already done counts as done. Finishing
+        clears the token (as cadence 1.x did), so this cannot tell the caller's own
+        finish from an identical one; the recorded result is the same either way."""
+        checked = coerce_lease(lease)
+        row = self._operation(self._write_statements(), checked.run_id, checked.operation_id)
+        if row is None or row.kind != LEASE or row.state != state:
+            return False
+        if outcome is None:
+            return row.outcome_json is None
+        try:
+            return row.outcome_json == js_stringify(outcome)
+        except (JsonValueError, RecursionError, TypeError):
+            return False
+
+    @coded(WRITE)
+    def inspect_operation(
+        self, run_id: str, operation_id: str, *, expire: bool = True
+    ) -> OperationStatus | None:
+        """`expire=False` (a read on a standby): raise `ExpiryNeeded` instead of marking an
+        expired lease interrupted."""
+        require_operation_id(operation_id)
+        require_run_id(run_id)
+        sql = self._write_statements()
+        self._require_head(sql, run_id, lock=False)
+        row, now = self._timed_operation(sql, run_id, operation_id, lock=False)
+        if row is None or now is None:
+            return None
+        if row.state == RUNNING and row.lease_expires_at is not None and row.lease_expires_at < now:
+            if not expire:
+                raise ExpiryNeeded()
+            sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)
+            row = self._operation(sql, run_id, operation_id)
+            if row is None:
+                raise JournalIntegrityError("operation-recovery-invalid")
+        if row.state not in (RUNNING, COMMITTED, INTERRUPTED):
+            raise JournalIntegrityError("operation-state-invalid")
+        return OperationStatus(
+            state=row.state,
+            outcome=stored_outcome(row.outcome_json),
+            expires_at=row.lease_expires_at,
+            fence=row.lease_fence if row.kind == LEASE else None,
+        )
+
+    @coded(WRITE)
+    def recover_expired_leases(self) -> int:
+        sql = self._write_statements()
+        if self._server_clock():
+            return sql.write("expire_leases_timed")
+        return sql.write("expire_leases", now=self._now())

@@ -1,0 +1,179 @@
+"""Reading and verifying runs: status, events, replay, integrity, and the read side
+(`cadence_store.queries`) for host sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from . import queries
+from .errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
+from .failures import READ, coded
+from .journal import ChainVerifier, RunEvent, RunProjection
+from .journal.documents import Document, event_payload, projection_of, stored_projection
+from .journal.receipts import ReceiptVerifier, receipt_error
+from .journal.validation import require_operation_id, require_run_id
+from .journal.verification import MIRRORED_COLUMNS, stored_difference
+from .journal.views import RunDetail, StoreCounts, check_run_listing
+from .repository_core import EVENT_BATCH, RepositoryCore
+from .sql_rows import BindingOfRunRow, EventRow, RunIdRow, VerifyColumnsRow
+
+
+class RunReading(RepositoryCore):
+    """The reading and verifying calls of `RunRepository`."""
+
+    @coded(READ)
+    def recorded_outcome(self, run_id: str, operation_id: str, kind: str) -> RunProjection | None:
+        """The projection a journal operation id (`kind`: its event type) recorded when it
+        committed, or None. `RunStore` looks here first when it re-runs a call whose
+        connection was lost: a first attempt that committed is replayed before any lease
+        check (its lease was live when it committed; it may have expired since)."""
+        require_operation_id(operation_id)
+        require_run_id(run_id)
+        return self._replay(self._read_statements(), run_id, operation_id, kind)
+
+    @coded(READ)
+    def status(self, run_id: str) -> RunProjection:
+        require_run_id(run_id)
+        head = self._require_head(self._read_statements(), run_id, lock=False)
+        return stored_projection(head.projection_json)
+
+    @coded(READ)
+    def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
+        """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
+        fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
+        an `EventRow` per row would cost verification time; only a page's last is named."""
+        sql = self._read_statements()
+        page = sql.all("events_of_run_page", run_id=run_id, limit=EVENT_BATCH)
+        while page:
+            yield from page
+            if len(page) < EVENT_BATCH:
+                break
+            last = EventRow(*page[-1])
+            page = sql.all(
+                "events_of_run_after", run_id=run_id, after=last.sequence, limit=EVENT_BATCH
+            )
+
+    @coded(READ)
+    def iter_events(self, run_id: str) -> Iterator[RunEvent]:
+        require_run_id(run_id)
+        self._require_head(self._read_statements(), run_id, lock=False)
+        for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(run_id):
+            payload = event_payload(payload_json, run_id, sequence)
+            yield RunEvent.model_construct(
+                sequence=sequence,
+                type=type_,
+                payload=payload,
+                prior_hash=prior_hash,
+                hash=event_hash,
+            )
+
+    @coded(READ)
+    def list_events(self, run_id: str) -> list[RunEvent]:
+        return list(self.iter_events(run_id))
+
+    def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
+        verifier = ChainVerifier()
+        waiting = {} if receipts is None else receipts.waiting
+        try:
+            feed = verifier.feed_json
+            for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
+                run_id
+            ):
+                feed(sequence, type_, payload_json, event_hash, prior_hash)
+                if sequence in waiting:
+                    receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
+            return verifier.result()
+        except JournalIntegrityError as error:
+            error.run_id = run_id
+            if error.sequence is None:
+                error.sequence = verifier.count + 1
+            raise
+        except InvalidTransitionError as error:
+            raise JournalIntegrityError(
+                error.code, run_id=run_id, sequence=verifier.count + 1
+            ) from None
+
+    @coded(READ)
+    def rebuild_projection(self, run_id: str) -> RunProjection:
+        require_run_id(run_id)
+        self._require_head(self._read_statements(), run_id, lock=False)
+        return projection_of(self._replay_chain(run_id))
+
+    @coded(READ)
+    def verify_integrity(self, run_id: str) -> RunProjection:
+        """Replay the chain and compare it with everything stored about the run: the
+        projection (key order included), the run row's columns, the binding rows and the
+        operations rows (each journal receipt must be a projection the chain produced)."""
+        require_run_id(run_id)
+        sql = self._read_statements()
+        row = sql.row("verify_columns", VerifyColumnsRow, run_id=run_id)
+        if row is None:
+            raise RunNotFoundError("run-not-found")
+        receipts = ReceiptVerifier(run_id)
+        for operation in sql.stream("operations_of_run", EVENT_BATCH, run_id=run_id):
+            receipts.add(operation)
+        rebuilt = self._replay_chain(run_id, receipts)
+        columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
+        difference = stored_difference(
+            rebuilt,
+            row.projection_json,
+            columns,
+            sql.rows("bindings_of_run", BindingOfRunRow, run_id=run_id),
+        )
+        if difference is not None:
+            raise JournalIntegrityError(
+                "run-projection-integrity-mismatch",
+                f"{difference.field}: expected {difference.expected!r}, "
+                f"stored {difference.actual!r}",
+                run_id=run_id,
+                sequence=difference.sequence,
+                expected=difference.expected,
+                actual=difference.actual,
+            )
+        problem = receipts.result(lambda: sql.all("operations_of_run", run_id=run_id))
+        if problem is not None:
+            raise receipt_error(run_id, problem)
+        return projection_of(rebuilt)
+
+    @coded(READ)
+    def run_ids(self) -> list[str]:
+        return [str(row.run_id) for row in self._read_statements().rows("run_ids", RunIdRow)]
+
+    # -- the read side (cadence_store.queries) ------------------------------------------
+
+    @coded(READ)
+    def list_runs(
+        self,
+        *,
+        stage: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        change: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        root_hash: str | None = None,
+    ) -> list[RunProjection]:
+        """Stored projections of the runs that match every filter given, in run id order.
+
+        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
+        last run id of the previous page (keyset pagination). Runs of every root hash
+        unless `root_hash` is given.
+        """
+        listing = check_run_listing(
+            stage=stage, state=state, change=change, root_hash=root_hash, limit=limit, after=after
+        )
+        return queries.list_runs(self._read_statements(), listing)
+
+    @coded(READ)
+    def run_detail(self, run_id: str) -> RunDetail:
+        """The run's projection, binding rows, operations (leases judged by the clock)
+        and state timeline."""
+        projection = self.status(run_id)
+        return queries.run_detail(
+            self._read_statements(), projection, self.iter_events(run_id), self._now()
+        )
+
+    @coded(READ)
+    def counts(self) -> StoreCounts:
+        """Rows of runs, events, operations and bindings, and runs per state."""
+        return queries.counts(self._read_statements())

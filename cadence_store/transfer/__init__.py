@@ -1,0 +1,57 @@
+"""Moving whole runs between databases: the export record (`record`) and the movement
+(`movement`: export, import, copy). Every name is importable from here, as it was when
+this was one module."""
+
+from __future__ import annotations
+
+from .movement import (
+    Bind,
+    Progress,
+    ProgressCallback,
+    TransferProgress,
+    TransferReport,
+    copy_store,
+    export_store,
+    import_store,
+    iter_records,
+    read_record,
+)
+from .record import (
+    DEFAULT_BATCH_SIZE,
+    HOSTILE_CODES,
+    INVALID_RECORD,
+    RECORD_KEYS,
+    Record,
+    RunCheck,
+    check_record,
+    describe_difference,
+    dump_record,
+    iter_verify_export,
+    parse_record,
+    verify_export,
+)
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "HOSTILE_CODES",
+    "INVALID_RECORD",
+    "RECORD_KEYS",
+    "Bind",
+    "Progress",
+    "ProgressCallback",
+    "Record",
+    "RunCheck",
+    "TransferProgress",
+    "TransferReport",
+    "check_record",
+    "copy_store",
+    "describe_difference",
+    "dump_record",
+    "export_store",
+    "import_store",
+    "iter_records",
+    "iter_verify_export",
+    "parse_record",
+    "read_record",
+    "verify_export",
+]
