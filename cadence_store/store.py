@@ -12,10 +12,8 @@ until a primary answers or `failover_timeout_s` passes (`failover.py`). Reads go
 
 from __future__ import annotations
 
-import json
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
@@ -42,7 +40,7 @@ from .errors import (
 )
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, Failover, require_failover_timeout
 from .failures import READ, database_errors, is_database_error, is_retryable
-from .journal import OperationLease, OperationStatus, RunEvent, RunProjection, js_stringify
+from .journal import OperationLease, RunProjection
 from .journal.validation import (
     require_callable,
     require_clock,
@@ -50,15 +48,11 @@ from .journal.validation import (
     require_root_hash,
 )
 from .journal.values import ApprovalProof, BindDelivery
-from .journal.views import RunDetail, StoreCounts
 from .legacy import CADENCE_TABLE_NAMES
 from .repository import (
-    COMMITTED,
     DELIVERY_BOUND,
-    INTERRUPTED,
     TRANSITIONED,
     Clock,
-    ExpiryNeeded,
     RunRepository,
     check_delivery,
 )
@@ -76,6 +70,8 @@ from .state_root import (
     prepare_state_root,
     secure_database_files,
 )
+from .store_leases import StoreLeases
+from .store_reads import StoreReads
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -83,7 +79,7 @@ MAX_ATTEMPTS: Final = 8
 Write = Callable[[Session], object]
 
 
-class RunStore:
+class RunStore(StoreLeases, StoreReads):
     """The run journal on one database (a URL, or a host's `Engine`)."""
 
     def __init__(
@@ -474,122 +470,6 @@ class RunStore:
             return projection
 
         return self._write(work, _replay_first(run_id, operation_id, TRANSITIONED, work))
-
-    # -- leases ------------------------------------------------------------------------------
-
-    def acquire_lease(
-        self,
-        run_id: str,
-        operation_id: str,
-        ttl_ms: int,
-        *,
-        preempt: bool = False,
-        exclusive: bool = False,
-    ) -> OperationLease:
-        # one token for every attempt: a re-run finds the lease its first attempt took
-        token = str(uuid.uuid4())
-        return self._write(
-            lambda runs: runs.acquire_lease(
-                run_id,
-                operation_id,
-                ttl_ms,
-                preempt=preempt,
-                exclusive=exclusive,
-                lease_token=token,
-            )
-        )
-
-    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
-        return self._write(lambda runs: runs.renew_lease(lease, ttl_ms))
-
-    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        self._write(lambda runs: runs.assert_lease(lease))
-
-    def commit_lease(
-        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        def rerun(runs: RunRepository) -> dict[str, Any]:
-            if runs.finished_lease(lease, COMMITTED, outcome):
-                recorded: dict[str, Any] = json.loads(js_stringify(outcome))
-                return recorded
-            return runs.commit_lease(lease, outcome)
-
-        return self._write(lambda runs: runs.commit_lease(lease, outcome), rerun)
-
-    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        def rerun(runs: RunRepository) -> None:
-            if not runs.finished_lease(lease, INTERRUPTED):
-                runs.interrupt_lease(lease)
-
-        self._write(lambda runs: runs.interrupt_lease(lease), rerun)
-
-    def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
-        if self._read_engine is not None:
-            try:
-                return self._read(
-                    lambda runs: runs.inspect_operation(run_id, operation_id, expire=False)
-                )
-            except ExpiryNeeded:
-                pass  # an expired lease is marked interrupted: that is a write
-        return self._write(lambda runs: runs.inspect_operation(run_id, operation_id))
-
-    def recover_expired_leases(self) -> int:
-        return self._write(lambda runs: runs.recover_expired_leases())
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def status(self, run_id: str) -> RunProjection:
-        return self._read(lambda runs: runs.status(run_id))
-
-    def list_events(self, run_id: str) -> list[RunEvent]:
-        return self._read(lambda runs: runs.list_events(run_id))
-
-    def iter_events(self, run_id: str) -> Iterator[RunEvent]:
-        """The run's events, streamed in batches."""
-        with self._reading() as runs:
-            yield from runs.iter_events(run_id)
-
-    def rebuild_projection(self, run_id: str) -> RunProjection:
-        return self._read(lambda runs: runs.rebuild_projection(run_id))
-
-    def verify_integrity(self, run_id: str) -> RunProjection:
-        return self._read(lambda runs: runs.verify_integrity(run_id))
-
-    def run_ids(self) -> list[str]:
-        return self._read(lambda runs: runs.run_ids())
-
-    # -- the read side: each call reads one snapshot -------------------------------------
-
-    def list_runs(
-        self,
-        *,
-        stage: str | Iterable[str] | None = None,
-        state: str | Iterable[str] | None = None,
-        change: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-        root_hash: str | None = None,
-    ) -> list[RunProjection]:
-        """Stored projections of the matching runs in run id order (see
-        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`."""
-        return self._read(
-            lambda runs: runs.list_runs(
-                stage=stage,
-                state=state,
-                change=change,
-                limit=limit,
-                after=after,
-                root_hash=root_hash,
-            )
-        )
-
-    def run_detail(self, run_id: str) -> RunDetail:
-        """Projection, delivery binding rows, operations and state timeline of one run."""
-        return self._read(lambda runs: runs.run_detail(run_id))
-
-    def counts(self) -> StoreCounts:
-        """Rows of runs, events, operations and bindings, and runs per state."""
-        return self._read(lambda runs: runs.counts())
 
 
 def _replay_first(

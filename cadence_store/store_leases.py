@@ -1,0 +1,97 @@
+"""`RunStore`'s lease calls: each one transaction on the primary, safe to re-run.
+
+A re-run after a lost connection (`failover.py`) must not grant twice or report a done
+commit as fenced: `acquire_lease` picks its token once per call, so a re-run finds the
+lease its first attempt took; commit and interrupt count as done when their first attempt
+finished the lease (`RunRepository.finished_lease`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .journal import OperationLease, OperationStatus, js_stringify
+from .repository import COMMITTED, INTERRUPTED, ExpiryNeeded, RunRepository
+
+T = TypeVar("T")
+
+
+class StoreLeases:
+    """The lease methods of `RunStore` (which provides `_write`, `_read` and the engines)."""
+
+    _read_engine: Any
+
+    def _write(
+        self,
+        work: Callable[[RunRepository], T],
+        rerun: Callable[[RunRepository], T] | None = None,
+    ) -> T:
+        raise NotImplementedError
+
+    def _read(self, work: Callable[[RunRepository], T]) -> T:
+        raise NotImplementedError
+
+    def acquire_lease(
+        self,
+        run_id: str,
+        operation_id: str,
+        ttl_ms: int,
+        *,
+        preempt: bool = False,
+        exclusive: bool = False,
+    ) -> OperationLease:
+        # one token for every attempt: a re-run finds the lease its first attempt took
+        token = str(uuid.uuid4())
+        return self._write(
+            lambda runs: runs.acquire_lease(
+                run_id,
+                operation_id,
+                ttl_ms,
+                preempt=preempt,
+                exclusive=exclusive,
+                lease_token=token,
+            )
+        )
+
+    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
+        return self._write(lambda runs: runs.renew_lease(lease, ttl_ms))
+
+    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        self._write(lambda runs: runs.assert_lease(lease))
+
+    def commit_lease(
+        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        def rerun(runs: RunRepository) -> dict[str, Any]:
+            if runs.finished_lease(lease, COMMITTED, outcome):
+                recorded: dict[str, Any] = json.loads(js_stringify(outcome))
+                return recorded
+            return runs.commit_lease(lease, outcome)
+
+        return self._write(lambda runs: runs.commit_lease(lease, outcome), rerun)
+
+    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        def rerun(runs: RunRepository) -> None:
+            if not runs.finished_lease(lease, INTERRUPTED):
+                runs.interrupt_lease(lease)
+
+        self._write(lambda runs: runs.interrupt_lease(lease), rerun)
+
+    def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
+        if self._read_engine is not None:
+            try:
+                return self._read(
+                    lambda runs: runs.inspect_operation(run_id, operation_id, expire=False)
+                )
+            except ExpiryNeeded:
+                pass  # an expired lease is marked interrupted: that is a write
+        return self._write(lambda runs: runs.inspect_operation(run_id, operation_id))
+
+    def recover_expired_leases(self) -> int:
+        return self._write(lambda runs: runs.recover_expired_leases())
+
+
+__all__ = ["StoreLeases"]
