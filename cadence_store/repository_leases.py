@@ -37,6 +37,11 @@ from .sql import Statements
 from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
 
 
+def new_lease_token() -> str:
+    """A fresh lease token (the stores pick one per call, so that a re-run finds it)."""
+    return str(uuid.uuid4())
+
+
 class LeaseRules(RepositoryCore):
     """The lease calls of `RunRepository`."""
 
@@ -129,7 +134,7 @@ class LeaseRules(RepositoryCore):
         # A new grant: the next fence of this operation (the row keeps the last one through
         # commit, interrupt and expiry, and export/import/copy carry it).
         fence = 1 if existing is None else (existing.lease_fence or 0) + 1
-        token = str(uuid.uuid4()) if lease_token is None else lease_token
+        token = new_lease_token() if lease_token is None else lease_token
         lease = OperationLease(
             run_id=run_id,
             operation_id=operation_id,

@@ -9,12 +9,12 @@ finished the lease (`RunRepository.finished_lease`).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .journal import OperationLease, OperationStatus, js_stringify
 from .repository import COMMITTED, INTERRUPTED, ExpiryNeeded, RunRepository
+from .repository_leases import new_lease_token
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ class StoreLeases:
         exclusive: bool = False,
     ) -> OperationLease:
         # one token for every attempt: a re-run finds the lease its first attempt took
-        token = str(uuid.uuid4())
+        token = new_lease_token()
         return self._write(
             lambda runs: runs.acquire_lease(
                 run_id,

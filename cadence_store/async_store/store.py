@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import itertools
 import random
-import uuid
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -38,6 +37,7 @@ from ..journal.validation import (
 )
 from ..journal.values import ApprovalProof, BindDelivery
 from ..repository import EVENT_BATCH, Clock, RunRepository, check_delivery
+from ..repository_leases import new_lease_token
 from ..schema import require_schema_name, schema_options, upgrade_command
 from ..shape import assert_store_ready
 from ..store import MAX_ATTEMPTS, RunStore
@@ -395,7 +395,7 @@ class AsyncRunStore:
         exclusive: bool = False,
     ) -> OperationLease:
         # as RunStore: one token per call, whatever the attempts
-        token = str(uuid.uuid4())
+        token = new_lease_token()
         return await self._write_repository(
             lambda runs: runs.acquire_lease(
                 run_id,

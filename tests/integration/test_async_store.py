@@ -23,9 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from support import ROOT_HASH, FakeClock, table_snapshot
 
 import cadence_store
-import cadence_store.async_store.store
 import cadence_store.repository
-import cadence_store.store
+import cadence_store.repository_leases
 from cadence_store import (
     AsyncRunRepository,
     AsyncRunStore,
@@ -79,10 +78,9 @@ def deterministic_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         counter = itertools.count(1)
 
     restart()
-    # the repository makes run ids and tokens; RunStore picks a lease's token once per call
+    # run ids come from the repository, lease tokens from one function every store calls
     monkeypatch.setattr(cadence_store.repository, "uuid", Ids)
-    monkeypatch.setattr(cadence_store.store, "uuid", Ids)
-    monkeypatch.setattr(cadence_store.async_store.store, "uuid", Ids)
+    monkeypatch.setattr(cadence_store.repository_leases, "uuid", Ids)
     return restart
 
 
