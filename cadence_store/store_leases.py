@@ -19,6 +19,18 @@ from .repository_leases import new_lease_token
 T = TypeVar("T")
 
 
+def lease_grant(
+    run_id: str, operation_id: str, ttl_ms: int, preempt: bool, exclusive: bool
+) -> Callable[[RunRepository], OperationLease]:
+    """The work of one `acquire_lease` call, with its token picked once: every attempt of
+    the call (a retry, a re-run after a lost connection) asks for the same grant, so a
+    re-run finds the lease its first attempt took."""
+    token = new_lease_token()
+    return lambda runs: runs.acquire_lease(
+        run_id, operation_id, ttl_ms, preempt=preempt, exclusive=exclusive, lease_token=token
+    )
+
+
 class StoreLeases:
     """The lease methods of `RunStore` (which provides `_write`, `_read` and the engines)."""
 
@@ -43,18 +55,7 @@ class StoreLeases:
         preempt: bool = False,
         exclusive: bool = False,
     ) -> OperationLease:
-        # one token for every attempt: a re-run finds the lease its first attempt took
-        token = new_lease_token()
-        return self._write(
-            lambda runs: runs.acquire_lease(
-                run_id,
-                operation_id,
-                ttl_ms,
-                preempt=preempt,
-                exclusive=exclusive,
-                lease_token=token,
-            )
-        )
+        return self._write(lease_grant(run_id, operation_id, ttl_ms, preempt, exclusive))
 
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
         return self._write(lambda runs: runs.renew_lease(lease, ttl_ms))
@@ -94,4 +95,4 @@ class StoreLeases:
         return self._write(lambda runs: runs.recover_expired_leases())
 
 
-__all__ = ["StoreLeases"]
+__all__ = ["StoreLeases", "lease_grant"]

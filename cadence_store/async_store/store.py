@@ -37,10 +37,10 @@ from ..journal.validation import (
 )
 from ..journal.values import ApprovalProof, BindDelivery
 from ..repository import EVENT_BATCH, Clock, RunRepository, check_delivery
-from ..repository_leases import new_lease_token
 from ..schema import require_schema_name, schema_options, upgrade_command
 from ..shape import assert_store_ready
 from ..store import MAX_ATTEMPTS, RunStore
+from ..store_leases import lease_grant
 from ..unit_of_work import UnitOfWork
 from .engine import create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork
@@ -395,16 +395,8 @@ class AsyncRunStore:
         exclusive: bool = False,
     ) -> OperationLease:
         # as RunStore: one token per call, whatever the attempts
-        token = new_lease_token()
         return await self._write_repository(
-            lambda runs: runs.acquire_lease(
-                run_id,
-                operation_id,
-                ttl_ms,
-                preempt=preempt,
-                exclusive=exclusive,
-                lease_token=token,
-            )
+            lease_grant(run_id, operation_id, ttl_ms, preempt, exclusive)
         )
 
     renew_lease = _in_transaction(RunRepository.renew_lease)
