@@ -19,8 +19,9 @@ import inspect
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from enum import StrEnum
+from types import TracebackType
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -138,17 +139,37 @@ def is_connection_lost(error: BaseException | None) -> bool:
     return type(orig).__name__ == "OperationalError"
 
 
-@contextmanager
-def database_errors(access: Access) -> Iterator[None]:
+class _DatabaseErrors:
+    """The context manager of `database_errors` (a class: it guards every statement of
+    the hot path, where a generator-based one cost more than the check itself)."""
+
+    __slots__ = ("_access",)
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if error is None or isinstance(error, CadenceStoreError):
+            return
+        if isinstance(error, Exception) and is_database_error(error):
+            raise translate_database_error(error, self._access) from error
+
+
+# stateless, so one per access serves every (nested, concurrent) use
+_GUARDS: Final = {access: _DatabaseErrors(access) for access in Access}
+
+
+def database_errors(access: Access) -> AbstractContextManager[None]:
     """Raise database failures inside the block as coded `CadenceStoreError`s."""
-    try:
-        yield
-    except CadenceStoreError:
-        raise
-    except Exception as error:
-        if is_database_error(error):
-            raise translate_database_error(error, access) from error
-        raise
+    return _GUARDS[access]
 
 
 P = ParamSpec("P")

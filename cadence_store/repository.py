@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import (
+    CadenceStoreError,
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
@@ -86,6 +87,7 @@ from .repository_core import (
     Clock,
     ExpiryNeeded,
     RepositoryCore,
+    RunHead,
     system_clock,
 )
 from .repository_leases import LeaseRules
@@ -377,6 +379,16 @@ class RunRepository(LeaseRules, RunReading):
             if checked_lease.run_id != run_id:
                 raise LeaseFencedError("lease-fenced")
             self._assert_live(sql, checked_lease)
+        if head is not None and isinstance(to, str) and to in RUN_STATES:
+            # The common case, in one write that also checks the receipt: it writes
+            # nothing when the operation id has a row already.
+            payload = _transition_payload(head, to, checked_code)
+            try:
+                event = self._next_event(head, TRANSITIONED, payload)
+            except CadenceStoreError:
+                event = None  # the receipt decides first, below: a replay wins
+            if event is not None and self._append_recorded(sql, event, operation_id):
+                return built_projection(event.document), True
         replay = self._replay(sql, run_id, operation_id, TRANSITIONED)
         if replay is not None:
             return replay, False
@@ -384,12 +396,21 @@ class RunRepository(LeaseRules, RunReading):
             raise RunNotFoundError("run-not-found")
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
-        payload: Document = {"from": head.document().get("state"), "to": to}
-        if checked_code is not None:
-            payload["code"] = checked_code
+        # No committed receipt: an uncommitted row of this operation id, or a head that
+        # moved. From the stored head, with the receipt upserted (or the error raised).
+        self._forget_head(run_id)
+        head = self._require_head(sql, run_id, lock=True)
+        payload = _transition_payload(head, to, checked_code)
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
         self._record(sql, run_id, operation_id, TRANSITIONED, projection_json)
         return built_projection(document), True
+
+
+def _transition_payload(head: RunHead, to: str, code: str | None) -> Document:
+    payload: Document = {"from": head.document().get("state"), "to": to}
+    if code is not None:
+        payload["code"] = code
+    return payload
 
 
 __all__ = [

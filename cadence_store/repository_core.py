@@ -9,16 +9,16 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Self
+from typing import Any, Final, Self
 
 from sqlalchemy import Connection
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from .engine import (
     begin_immediate,
     begins_immediate,
     driver_in_transaction,
-    is_postgresql,
     is_sqlite,
 )
 from .errors import (
@@ -27,6 +27,7 @@ from .errors import (
     JournalIntegrityError,
     OperationConflictError,
     RunNotFoundError,
+    StoreUnavailableError,
 )
 from .journal import RunProjection, apply_event, hash_event, js_stringify
 from .journal.documents import Document, parse_document, stored_projection
@@ -40,7 +41,7 @@ from .journal.vocabulary import (
 from .schema import require_schema_name
 from .shape import assert_store_ready
 from .sql import Statements
-from .sql_rows import HeadRow, OperationRow, TimedOperationRow
+from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
 
 Clock = Callable[[], int]
 
@@ -68,7 +69,7 @@ def expiry(now: int, ttl: int) -> int:
 
 
 @dataclass(slots=True)
-class _RunHead:
+class RunHead:
     run_id: str
     root_hash: str
     stage: str
@@ -82,6 +83,39 @@ class _RunHead:
         if self._document is None:
             self._document = parse_document(self.projection_json)
         return self._document
+
+
+class _NextEvent:
+    """An event computed from a locked run's head, and the run's projection after it."""
+
+    __slots__ = ("document", "event_hash", "head", "payload_json", "projection_json", "type")
+
+    def __init__(
+        self, head: RunHead, type_: str, payload_json: str, event_hash: str, document: Document
+    ) -> None:
+        self.head = head
+        self.type = type_
+        self.payload_json = payload_json
+        self.event_hash = event_hash
+        self.document = document
+        self.projection_json = js_stringify(document)
+
+    def parameters(self) -> dict[str, Any]:
+        """The bound values of the append's statements (`sql.py`), by name."""
+        head, document = self.head, self.document
+        return {
+            "run_id": head.run_id,
+            "prior_sequence": head.sequence,
+            "prior_hash": head.event_hash,
+            "sequence": head.sequence + 1,
+            "type": self.type,
+            "payload_json": self.payload_json,
+            "event_hash": self.event_hash,
+            "state": document["state"],
+            "delivery_revision": document.get("deliveryRevision"),
+            "projection_json": self.projection_json,
+            "terminal_tombstone": document.get("terminal"),
+        }
 
 
 class ExpiryNeeded(CadenceStoreError):
@@ -123,6 +157,26 @@ class RepositoryCore:
         repository._setup(None, session_factory, connection, root_hash, clock, schema)
         return repository
 
+    @classmethod
+    def on_dbapi_connection(
+        cls,
+        dbapi_connection: Any,
+        dialect: Dialect,
+        *,
+        root_hash: str | None = None,
+        clock: Clock | None = None,
+        schema: str | None = None,
+    ) -> Self:
+        """A repository on a pooled DB-API connection whose transaction its owner
+        (`direct_write`) has begun and will end, on a store already checked ready. It
+        has no `Session`: it serves calls that run no host code."""
+        repository = cls.__new__(cls)
+        repository._setup(None, None, None, root_hash, clock, schema)
+        repository._statements = Statements.on_dbapi(dialect, dbapi_connection, repository.schema)
+        repository._dialect_name = dialect.name
+        repository._ready = True
+        return repository
+
     def _setup(
         self,
         session: Session | None,
@@ -141,11 +195,20 @@ class RepositoryCore:
         self._explicit_clock = clock is not None
         self.schema = require_schema_name(schema)
         self._ready = False
+        self._statements: Statements | None = None  # a DB-API connection's (direct writes)
+        self._dialect_name: str | None = None
+        # The run rows this transaction has locked, as it left them. Only a repository
+        # that lives and dies with one transaction (on a unit of work's connection, or
+        # RunStore's direct writes) keeps them: a host's session outlives its transactions.
+        self._locked_heads: dict[str, RunHead] | None = None if session is not None else {}
 
     @property
     def session(self) -> Session:
         if self._session is None:
-            assert self._session_factory is not None
+            if self._session_factory is None:
+                raise StoreUnavailableError(
+                    "unit-of-work-not-active", "this repository serves no host session"
+                )
             self._session = self._session_factory()
         return self._session
 
@@ -168,6 +231,8 @@ class RepositoryCore:
         here (unless the engine already does so), so that a concurrent writer waits
         instead of failing the read-then-write halfway.
         """
+        if self._statements is not None:
+            return self._statements
         connection = self._connection()
         if is_sqlite(connection) and not begins_immediate(connection.engine):
             raw = connection.connection.dbapi_connection
@@ -176,7 +241,14 @@ class RepositoryCore:
         return Statements(connection, self.schema)
 
     def _read_statements(self) -> Statements:
+        if self._statements is not None:
+            return self._statements
         return Statements(self._connection(), self.schema)
+
+    def _on_postgresql(self) -> bool:
+        if self._dialect_name is None:
+            self._dialect_name = self._connection().dialect.name
+        return self._dialect_name == "postgresql"
 
     def _now(self) -> int:
         now = self._clock()
@@ -187,7 +259,7 @@ class RepositoryCore:
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
         callers run on many machines, unless the caller gave its own `clock=`."""
-        return not self._explicit_clock and is_postgresql(self._connection())
+        return not self._explicit_clock and self._on_postgresql()
 
     def _require_root(self) -> str:
         if self.root_hash is None:
@@ -195,16 +267,25 @@ class RepositoryCore:
         return self.root_hash
 
     def _advisory_locks(self, sql: Statements, keys: Iterable[str]) -> None:
-        if is_postgresql(self._connection()):
+        if self._on_postgresql():
             for key in sorted(set(keys)):
                 sql.one("advisory_lock", key=_advisory_key(key))
 
-    @staticmethod
-    def _head(sql: Statements, run_id: str, *, lock: bool) -> _RunHead | None:
+    def _head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead | None:
+        locked = self._locked_heads
+        if lock and locked is not None:
+            cached = locked.get(run_id)
+            if cached is not None:
+                return cached
         row = sql.row("head_for_update" if lock else "head", HeadRow, run_id=run_id)
-        return None if row is None else _RunHead(*row)
+        if row is None:
+            return None
+        head = RunHead(*row)
+        if lock and locked is not None:
+            locked[run_id] = head
+        return head
 
-    def _require_head(self, sql: Statements, run_id: str, *, lock: bool) -> _RunHead:
+    def _require_head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead:
         head = self._head(sql, run_id, lock=lock)
         if head is None:
             raise RunNotFoundError("run-not-found")
@@ -262,10 +343,9 @@ class RepositoryCore:
     # -- the chain ---------------------------------------------------------------------
 
     @staticmethod
-    def _append(
-        sql: Statements, head: _RunHead, type_: str, payload: Document
-    ) -> tuple[Document, str]:
-        """Append one event to a locked run: O(1), the stored projection is the base."""
+    def _next_event(head: RunHead, type_: str, payload: Document) -> _NextEvent:
+        """The event that follows a locked run's head, and the run after it: O(1), the
+        stored projection is the base. Writes nothing."""
         current = head.document()
         if current.get("sequence") != head.sequence or current.get("eventHash") != head.event_hash:
             raise JournalIntegrityError(
@@ -275,24 +355,58 @@ class RepositoryCore:
         event_hash = hash_event(sequence, type_, payload, head.event_hash)
         document = apply_event(current, sequence, type_, payload, event_hash)
         assert document is not None
-        projection_json = js_stringify(document)
-        sql.write(
-            "insert_event",
-            run_id=head.run_id,
-            sequence=sequence,
-            type=type_,
-            payload_json=js_stringify(payload),
-            prior_hash=head.event_hash,
-            event_hash=event_hash,
-        )
-        sql.write(
-            "advance_run",
-            run_id=head.run_id,
-            state=document["state"],
-            sequence=sequence,
-            event_hash=event_hash,
-            delivery_revision=document.get("deliveryRevision"),
-            projection_json=projection_json,
-            terminal_tombstone=document.get("terminal"),
-        )
-        return document, projection_json
+        return _NextEvent(head, type_, js_stringify(payload), event_hash, document)
+
+    def _append(
+        self, sql: Statements, head: RunHead, type_: str, payload: Document
+    ) -> tuple[Document, str]:
+        """Append one event to a locked run (its receipt is the caller's to record)."""
+        event = self._next_event(head, type_, payload)
+        params = event.parameters()
+        if sql.write("advance_run", **params) != 1:
+            # the run row is not the head the event was computed from: writing the event
+            # would fork the chain
+            raise JournalIntegrityError(
+                "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
+            )
+        sql.write("insert_event", **params)
+        self._remember(event)
+        return event.document, event.projection_json
+
+    def _append_recorded(self, sql: Statements, event: _NextEvent, operation_id: str) -> bool:
+        """Write `event`, the run's new head and the committed receipt of `operation_id`
+        (kind: the event's type), unless the operation id has a row already or the head
+        moved: then nothing is written, and False says so."""
+        params = event.parameters()
+        params["operation_id"] = operation_id
+        params["kind"] = event.type
+        params["outcome_json"] = event.projection_json
+        if sql.dialect_name == "postgresql":
+            found = sql.row("append_recorded", AppendedRow, **params)
+            appended = found is not None and found.advanced == 1
+        else:
+            appended = sql.write("advance_unrecorded", **params) == 1
+            if appended:
+                sql.write("insert_event", **params)
+                sql.write("insert_receipt", **params)
+        if appended:
+            self._remember(event)
+        return appended
+
+    def _remember(self, event: _NextEvent) -> None:
+        """Keep the run's new head for the rest of this transaction (which holds its lock)."""
+        if self._locked_heads is not None:
+            head = event.head
+            self._locked_heads[head.run_id] = RunHead(
+                head.run_id,
+                head.root_hash,
+                head.stage,
+                event.projection_json,
+                head.sequence + 1,
+                event.event_hash,
+                event.document,
+            )
+
+    def _forget_head(self, run_id: str) -> None:
+        if self._locked_heads is not None:
+            self._locked_heads.pop(run_id, None)

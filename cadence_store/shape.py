@@ -126,10 +126,22 @@ def assert_store_ready(connection: Connection, schema: str | None = None) -> Non
         _ready.setdefault(pool, set()).add(schema)
 
 
+def is_store_ready(pool: Pool, schema: str | None = None) -> bool:
+    """Whether `assert_store_ready` has passed on `pool` for `schema` (and still counts)."""
+    with _ready_lock:
+        return schema in _ready.get(pool, ())
+
+
 def forget_store_ready(connection: Connection) -> None:
     """Check the engine again on next use (after an upgrade or downgrade through it)."""
     with _ready_lock:
         _ready.pop(connection.engine.pool, None)
 
 
-__all__ = ["assert_store_ready", "assert_store_shape", "forget_store_ready", "shape_differences"]
+__all__ = [
+    "assert_store_ready",
+    "assert_store_shape",
+    "forget_store_ready",
+    "is_store_ready",
+    "shape_differences",
+]

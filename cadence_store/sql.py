@@ -11,6 +11,8 @@ append's cost; the statements themselves are unchanged.
 from __future__ import annotations
 
 import itertools
+import operator
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -26,41 +28,19 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
-from .journal.vocabulary import COMMITTED, INTERRUPTED, KIND_LEASE, RUNNING
+from .journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
 from .models import delivery_bindings, events, operations, runs
+from .sql_append import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
 
 
-def _upsert_receipt(dialect_name: str) -> ClauseElement:
-    insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
-    statement = insert(operations).values(
-        run_id=bindparam("run_id"),
-        operation_id=bindparam("operation_id"),
-        kind=bindparam("kind"),
-        state=literal(COMMITTED),
-        outcome_json=bindparam("outcome_json"),
-    )
-    return statement.on_conflict_do_update(
-        index_elements=[operations.c.run_id, operations.c.operation_id],
-        set_={
-            "state": COMMITTED,
-            "outcome_json": statement.excluded.outcome_json,
-            "lease_token": None,
-            "lease_expires_at": None,
-        },
-    )
-
-
-_RUN = runs.c.run_id == bindparam("run_id")
-_OPERATION = (operations.c.run_id == bindparam("run_id")) & (
-    operations.c.operation_id == bindparam("operation_id")
-)
+_RUN = RUN_MATCH
+_OPERATION = OPERATION_MATCH
 _HEAD_COLUMNS = (
     runs.c.run_id,
     runs.c.root_hash,
@@ -101,6 +81,7 @@ def _timed(locked: ClauseElement) -> ClauseElement:
 # name -> factory(dialect name) of a Core statement with named bind parameters
 STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "advisory_lock": lambda _: select(func.pg_advisory_xact_lock(bindparam("key"))),
+    **APPEND_STATEMENTS,
     "head": lambda _: select(*_HEAD_COLUMNS).where(_RUN),
     "head_for_update": lambda _: select(*_HEAD_COLUMNS).where(_RUN).with_for_update(),
     "operation": lambda _: select(*_OPERATION_COLUMNS).where(_OPERATION),
@@ -113,27 +94,6 @@ STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
     "operation_timed": lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
     "operation_for_update_timed": lambda _: _timed(
         select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
-    ),
-    "upsert_receipt": _upsert_receipt,
-    "insert_event": lambda _: events.insert().values(
-        run_id=bindparam("run_id"),
-        sequence=bindparam("sequence"),
-        type=bindparam("type"),
-        payload_json=bindparam("payload_json"),
-        prior_hash=bindparam("prior_hash"),
-        event_hash=bindparam("event_hash"),
-    ),
-    "advance_run": lambda _: (
-        update(runs)
-        .where(_RUN)
-        .values(
-            state=bindparam("state"),
-            sequence=bindparam("sequence"),
-            event_hash=bindparam("event_hash"),
-            delivery_revision=bindparam("delivery_revision"),
-            projection_json=bindparam("projection_json"),
-            terminal_tombstone=bindparam("terminal_tombstone"),
-        )
     ),
     "insert_run": lambda _: runs.insert().values(
         run_id=bindparam("run_id"),
@@ -324,24 +284,49 @@ class CompiledStatement:
     text: str
     positions: tuple[str, ...] | None  # parameter order for positional paramstyles
     constants: dict[str, Any]  # values the statement itself binds (e.g. state='committed')
+    _pick: Callable[[Mapping[str, Any]], Any] | None = None  # positions, as one C call
 
     def arguments(self, params: Mapping[str, Any]) -> Any:
         values = {**self.constants, **params} if self.constants else params
-        if self.positions is None:
+        if self._pick is None:
             return values
-        return tuple([values[name] for name in self.positions])
+        return self._pick(values)
 
 
 _stream_ids = itertools.count()
-_cache: dict[tuple[str, str, str, str, SchemaMap], CompiledStatement] = {}
+# (dialect, driver, paramstyle, schema map) -> statement name -> compiled statement
+_cache: dict[tuple[str, str, str, SchemaMap], dict[str, CompiledStatement]] = {}
+_cache_lock: Final = threading.Lock()
+
+
+def _compiled_statements(dialect: Dialect, schema_map: SchemaMap) -> dict[str, CompiledStatement]:
+    """The statements compiled so far for one dialect and schema map (filled on use)."""
+    key = (dialect.name, str(dialect.driver), str(dialect.paramstyle), schema_map)
+    statements = _cache.get(key)
+    if statements is None:
+        with _cache_lock:
+            statements = _cache.setdefault(key, {})
+    return statements
 
 
 def _compiled(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStatement:
-    key = (dialect.name, str(dialect.driver), str(dialect.paramstyle), name, schema_map)
-    cached = _cache.get(key)
+    statements = _compiled_statements(dialect, schema_map)
+    cached = statements.get(name)
     if cached is None:
-        cached = _cache[key] = _compile(dialect, name, schema_map)
+        cached = statements[name] = _compile(dialect, name, schema_map)
     return cached
+
+
+def _picker(positions: tuple[str, ...] | None) -> Callable[[Mapping[str, Any]], Any] | None:
+    """The positional arguments' tuple from a mapping of named values."""
+    if positions is None:
+        return None
+    if not positions:
+        return lambda _values: ()
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda values: (values[only],)
+    return operator.itemgetter(*positions)
 
 
 def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStatement:
@@ -355,26 +340,41 @@ def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStat
     constants = {
         name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
     }
-    return CompiledStatement(compiled.string, positions, constants)
+    return CompiledStatement(compiled.string, positions, constants, _picker(positions))
 
 
 class Statements:
     """Executes the named statements on one SQLAlchemy connection's DB-API cursor."""
 
-    __slots__ = ("_cursor", "_dialect", "_raw", "_schema_map")
+    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map")
 
     def __init__(self, connection: Connection, schema: str | None = None) -> None:
         """`schema`: where cadence-store's tables are (the connection's own statements,
         a host's, are not translated)."""
-        self._dialect = connection.dialect
-        self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
         raw = connection.connection.dbapi_connection
         assert raw is not None
+        self._bind(connection.dialect, raw, schema)
+
+    @classmethod
+    def on_dbapi(cls, dialect: Dialect, raw: Any, schema: str | None = None) -> Statements:
+        """Statements on a DB-API connection checked out of the pool (no `Connection`)."""
+        statements = cls.__new__(cls)
+        statements._bind(dialect, raw, schema)
+        return statements
+
+    def _bind(self, dialect: Dialect, raw: Any, schema: str | None) -> None:
+        self._dialect = dialect
+        self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
+        self._compiled = _compiled_statements(dialect, self._schema_map)
         self._raw = raw
         self._cursor = raw.cursor()
 
+    @property
+    def dialect_name(self) -> str:
+        return str(self._dialect.name)
+
     def _run(self, name: str, params: Mapping[str, Any]) -> Any:
-        statement = _compiled(self._dialect, name, self._schema_map)
+        statement = self._compiled.get(name) or _compiled(self._dialect, name, self._schema_map)
         self._cursor.execute(statement.text, statement.arguments(params))
         return self._cursor
 

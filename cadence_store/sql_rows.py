@@ -120,8 +120,13 @@ class EventRow(NamedTuple):
     event_hash: str
 
 
+class AppendedRow(NamedTuple):
+    advanced: int  # runs advanced: 1, or 0 when nothing was written
+
+
 ROW_TYPES: Final[dict[str, type[tuple[object, ...]]]] = {
     "advisory_lock": LockedRow,
+    "append_recorded": AppendedRow,
     "head": HeadRow,
     "head_for_update": HeadRow,
     "head_for_update_timed": TimedHeadRow,

@@ -12,34 +12,29 @@ until a primary answers or `failover_timeout_s` passes (`failover.py`). Reads go
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
+from .direct_write import DirectWrites, fits_direct_writes
 from .engine import (
     create_store_engine,
     enable_wal,
     is_sqlite,
     masked_url,
     missing_sqlite_file,
-    read_snapshot,
 )
 from .errors import (
     InvalidInputError,
     SchemaOutOfDateError,
-    StoreBusyError,
     StoreFormatError,
-    StoreUnavailableError,
 )
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, Failover, require_failover_timeout
-from .failures import READ, database_errors, is_database_error, is_retryable
+from .failures import READ, database_errors, is_database_error
 from .journal import OperationLease, RunProjection
 from .journal.validation import (
     require_callable,
@@ -72,14 +67,13 @@ from .state_root import (
 )
 from .store_leases import StoreLeases
 from .store_reads import StoreReads
-from .unit_of_work import UnitOfWork
+from .store_transactions import StoreTransactions
 
 T = TypeVar("T")
-MAX_ATTEMPTS: Final = 8
 Write = Callable[[Session], object]
 
 
-class RunStore(StoreLeases, StoreReads):
+class RunStore(StoreTransactions, StoreLeases, StoreReads):
     """The run journal on one database (a URL, or a host's `Engine`)."""
 
     def __init__(
@@ -123,6 +117,14 @@ class RunStore(StoreLeases, StoreReads):
         if self.schema is not None and is_sqlite(self.engine):
             self._dispose()
             raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
+        # calls that run no host code skip the Connection/Session wrapping (direct_write)
+        self._direct = (
+            DirectWrites(
+                self._base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
+            )
+            if fits_direct_writes(self._base_engine)
+            else None
+        )
         self._failover = Failover(
             failover_timeout_s,
             database=masked_url(self.engine.url),
@@ -245,73 +247,6 @@ class RunStore(StoreLeases, StoreReads):
     ) -> None:
         self.close()
 
-    def _assert_open(self) -> None:
-        if self._closed:
-            raise StoreUnavailableError("run-store-closed")
-
-    # -- transactions ------------------------------------------------------------------------
-
-    def unit_of_work(self) -> UnitOfWork:
-        """One write transaction on the primary: `with store.unit_of_work() as uow: ...`.
-
-        It is the caller's: a lost connection is not re-run (the block may have effects
-        outside the database); re-run the whole block with the same operation ids."""
-        self._assert_open()
-        return UnitOfWork(
-            self._base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
-        )
-
-    def _write(
-        self,
-        work: Callable[[RunRepository], T],
-        rerun: Callable[[RunRepository], T] | None = None,
-    ) -> T:
-        """Run `work` in its own unit of work, retrying whole transactions that lost a race,
-        and re-running the call across a failover (`rerun`, if given, replaces `work` on
-        attempts after a lost connection: the first one may have committed)."""
-        self._assert_open()
-        return self._failover.run(
-            lambda again: self._write_once(rerun if again and rerun is not None else work)
-        )
-
-    def _write_once(self, work: Callable[[RunRepository], T]) -> T:
-        self._assert_open()
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                with self.unit_of_work() as uow:
-                    return work(uow.runs)
-            except StoreBusyError as error:
-                cause = error.__cause__
-                if attempt == MAX_ATTEMPTS or not is_retryable(cause or error):
-                    raise
-                time.sleep(random.uniform(0, 0.002 * 2**attempt))
-        raise AssertionError("unreachable")
-
-    @contextmanager
-    def _reading(self) -> Iterator[RunRepository]:
-        """One read snapshot, on `read_bind` when given (it may lag the primary)."""
-        self._assert_open()
-        engine = self.engine if self._read_engine is None else self._read_engine
-        with (
-            database_errors(READ),
-            engine.connect() as connection,
-            read_snapshot(connection),
-        ):
-            yield RunRepository.on_connection(
-                connection,
-                lambda: Session(bind=connection),
-                root_hash=self.root_hash,
-                clock=self._clock,
-                schema=self.schema,
-            )
-
-    def _read(self, work: Callable[[RunRepository], T]) -> T:
-        def attempt(_again: bool) -> T:
-            with self._reading() as repository:
-                return work(repository)
-
-        return self._failover.run(attempt)
-
     # -- runs and their journal ------------------------------------------------------------
 
     def start_run(
@@ -391,7 +326,9 @@ class RunStore(StoreLeases, StoreReads):
                 write(runs.session)
             return projection
 
-        return self._write(work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work))
+        return self._write(
+            work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work), host_code=True
+        )
 
     def bind_deliveries_atomically(
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: Write
@@ -427,7 +364,7 @@ class RunStore(StoreLeases, StoreReads):
                 return last
             return work(runs)
 
-        return self._write(work, rerun)
+        return self._write(work, rerun, host_code=True)
 
     def transition(
         self,
@@ -469,7 +406,9 @@ class RunStore(StoreLeases, StoreReads):
                 write(runs.session)
             return projection
 
-        return self._write(work, _replay_first(run_id, operation_id, TRANSITIONED, work))
+        return self._write(
+            work, _replay_first(run_id, operation_id, TRANSITIONED, work), host_code=True
+        )
 
 
 def _replay_first(

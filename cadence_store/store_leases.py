@@ -40,6 +40,8 @@ class StoreLeases:
         self,
         work: Callable[[RunRepository], T],
         rerun: Callable[[RunRepository], T] | None = None,
+        *,
+        host_code: bool = False,
     ) -> T:
         raise NotImplementedError
 

@@ -39,8 +39,9 @@ from ..journal.values import ApprovalProof, BindDelivery
 from ..repository import EVENT_BATCH, Clock, RunRepository, check_delivery
 from ..schema import require_schema_name, schema_options, upgrade_command
 from ..shape import assert_store_ready
-from ..store import MAX_ATTEMPTS, RunStore
+from ..store import RunStore
 from ..store_leases import lease_grant
+from ..store_transactions import MAX_ATTEMPTS
 from ..unit_of_work import UnitOfWork
 from .engine import create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork

@@ -136,6 +136,8 @@ NOT_CALLED = {
     },
     RunRepository: {
         "on_connection": "the constructor a unit of work uses; walked through uow.runs",
+        "on_dbapi_connection": "the constructor RunStore's direct writes use; walked through "
+        "RunStore's calls",
     },
     UnitOfWork: {},
 }

@@ -74,7 +74,9 @@ def test_each_row_type_has_its_statements_columns(name: str) -> None:
 
 def test_every_select_statement_of_sql_py_has_a_row_type() -> None:
     # the read side (queries.py) adds, and types, statements of its own
-    sql_source = (PACKAGE / "sql.py").read_text(encoding="utf-8")
+    sql_source = "".join(
+        (PACKAGE / name).read_text(encoding="utf-8") for name in ("sql.py", "sql_append.py")
+    )
     untyped = [
         name
         for name, factory in STATEMENTS.items()

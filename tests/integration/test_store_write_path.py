@@ -1,0 +1,161 @@
+"""The append's write path: one guarded write per transition, run heads kept for the rest
+of a transaction, and the direct path RunStore takes when no host code runs.
+
+A transition writes the run's new head, its event and its receipt only while the operation
+id has no row and the run is still at the head the event was computed from (one statement
+on PostgreSQL). A unit of work keeps the heads it locked, so a batch reads each run once;
+a head that moved behind the journal's back is caught by that compare-and-set, never
+forked. Every test runs through each entry point on both engines (conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, event, insert, text, update
+from sqlalchemy.orm import Session
+from support import ROOT_HASH
+
+from cadence_store import JournalIntegrityError, OperationConflictError, RunRepository, RunStore
+from cadence_store.direct_write import fits_direct_writes
+from cadence_store.models import operations, runs
+
+
+def _events_of(store, run_id):
+    return [(e.sequence, e.type, e.payload.get("to")) for e in store.list_events(run_id)]
+
+
+@pytest.mark.run_store_only
+def test_a_batch_in_one_unit_of_work_chains_like_single_calls(store, table_rows):
+    run = store.start_run("abel-implement", change="batch", operation_id="s1")
+    with store.unit_of_work() as uow:
+        moved = [
+            uow.runs.transition(run.run_id, "paused", operation_id=f"b{i}", code=f"c{i}")
+            for i in range(5)
+        ]
+    assert [m.sequence for m in moved] == [2, 3, 4, 5, 6]
+    assert [m.pause_code for m in moved] == [f"c{i}" for i in range(5)]
+    single = store.transition(run.run_id, "validating-delivery", operation_id="after")
+    assert single.sequence == 7
+    assert store.verify_integrity(run.run_id).to_json() == single.to_json()
+    receipts = {r["operation_id"]: r for r in table_rows("operations")}
+    for index, projection in enumerate(moved):
+        assert receipts[f"b{index}"]["state"] == "committed"
+        assert receipts[f"b{index}"]["outcome_json"] == projection.to_json()
+    # a replay of a batched operation id, later, writes nothing
+    assert store.transition(run.run_id, "paused", operation_id="b2").to_json() == moved[2].to_json()
+    assert len(store.list_events(run.run_id)) == 7
+
+
+@pytest.mark.run_store_only
+def test_a_replay_inside_the_same_unit_of_work_appends_once(store):
+    run = store.start_run("abel-implement", change="again", operation_id="s1")
+    with store.unit_of_work() as uow:
+        first, appended = uow.runs.transition_once(run.run_id, "paused", operation_id="t1")
+        again, appended_again = uow.runs.transition_once(run.run_id, "ready", operation_id="t1")
+        with pytest.raises(OperationConflictError) as conflict:
+            uow.runs.transition(run.run_id, "paused", operation_id="s1")
+        assert conflict.value.code == "operation-id-conflict"
+        after = uow.runs.transition(run.run_id, "validating-delivery", operation_id="t2")
+    assert (appended, appended_again) == (True, False)
+    assert again.to_json() == first.to_json()
+    assert after.sequence == 3
+    assert _events_of(store, run.run_id) == [
+        (1, "run-created", None),
+        (2, "state-transitioned", "paused"),
+        (3, "state-transitioned", "validating-delivery"),
+    ]
+    store.verify_integrity(run.run_id)
+
+
+@pytest.mark.run_store_only
+def test_several_runs_in_one_unit_of_work_keep_their_own_heads(store):
+    first = store.start_run("abel-implement", change="one", operation_id="s1")
+    second = store.start_run("abel-implement", change="two", operation_id="s2")
+    with store.unit_of_work() as uow:
+        for index in range(3):
+            uow.runs.transition(first.run_id, "paused", operation_id=f"a{index}")
+            uow.runs.transition(second.run_id, "paused", operation_id=f"b{index}")
+        uow.runs.bind_delivery(first.run_id, "gate-a", 1, "a" * 64, operation_id="bind")
+        uow.runs.transition(first.run_id, "paused", operation_id="a-last")
+    assert store.verify_integrity(first.run_id).sequence == 6
+    assert store.verify_integrity(second.run_id).sequence == 4
+
+
+@pytest.mark.run_store_only
+def test_a_head_moved_behind_the_journal_is_refused_not_forked(store, rejected):
+    run = store.start_run("abel-implement", change="moved", operation_id="s1")
+    store.transition(run.run_id, "paused", operation_id="t1")
+    with (
+        rejected(JournalIntegrityError, "run-projection-integrity-mismatch"),
+        store.unit_of_work() as uow,
+    ):
+        uow.runs.transition(run.run_id, "paused", operation_id="t2")
+        # a host statement that rewrites the head the unit of work has locked
+        uow.session.execute(
+            update(runs).where(runs.c.run_id == run.run_id).values(event_hash="f" * 64)
+        )
+        uow.runs.transition(run.run_id, "paused", operation_id="t3")
+    assert store.verify_integrity(run.run_id).sequence == 2
+
+
+def test_an_uncommitted_row_of_the_same_kind_is_completed_by_the_transition(store, db):
+    run = store.start_run("abel-implement", change="half", operation_id="s1")
+    with db.begin() as connection:
+        connection.execute(
+            insert(operations).values(
+                run_id=run.run_id,
+                operation_id="t1",
+                kind="state-transitioned",
+                state="interrupted",
+                outcome_json=None,
+            )
+        )
+    moved = store.transition(run.run_id, "paused", operation_id="t1")
+    assert moved.sequence == 2
+    assert store.transition(run.run_id, "ready", operation_id="t1").to_json() == moved.to_json()
+    with db.connect() as connection:
+        receipt = connection.execute(
+            text("SELECT state, outcome_json FROM operations WHERE operation_id = 't1'")
+        ).one()
+    assert tuple(receipt) == ("committed", moved.to_json())
+    store.verify_integrity(run.run_id)
+
+
+@pytest.mark.run_store_only
+def test_a_host_session_repository_never_keeps_a_head_past_its_transaction(store, store_url):
+    run = store.start_run("abel-implement", change="host", operation_id="s1")
+    engine = create_engine(store_url)
+    try:
+        with Session(engine) as session:
+            repository = RunRepository(session, root_hash=ROOT_HASH)
+            with session.begin():
+                for index in range(3):  # a batch in a host transaction
+                    repository.transition(run.run_id, "paused", operation_id=f"h{index}")
+            # another writer moves the run on between the host's transactions
+            store.transition(run.run_id, "paused", operation_id="other")
+            with session.begin():
+                last = repository.transition(run.run_id, "paused", operation_id="h-last")
+    finally:
+        engine.dispose()
+    assert last.sequence == 6
+    assert store.verify_integrity(run.run_id).to_json() == last.to_json()
+
+
+@pytest.mark.run_store_only
+def test_a_host_engine_with_connection_events_keeps_them(store_url):
+    """RunStore's direct path skips `Connection`s, so an engine whose `Connection`
+    events or options a host relies on goes through units of work instead."""
+    engine = create_engine(store_url)
+    begun: list[object] = []
+    assert fits_direct_writes(engine)
+    assert not fits_direct_writes(engine.execution_options(isolation_level="SERIALIZABLE"))
+    event.listen(engine, "begin", begun.append)
+    assert not fits_direct_writes(engine)
+    try:
+        with RunStore(engine, root_hash=ROOT_HASH) as hosted:
+            run = hosted.start_run("abel-implement", change="events", operation_id="s1")
+            hosted.transition(run.run_id, "paused", operation_id="t1")
+            assert len(begun) >= 2  # each write began a transaction the host saw
+            hosted.verify_integrity(run.run_id)
+    finally:
+        engine.dispose()
