@@ -23,7 +23,7 @@ from typing import Any
 from cadence_store import AsyncRunStore
 from cadence_store.async_store import async_database_url
 
-from .__main__ import HERE, ROOT_HASH, Engine, machine, median_ms, open_store, paused_run, timed
+from .common import HERE, ROOT_HASH, Engine, machine, median_ms, open_store, paused_run, timed
 
 TARGET = 1.3
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [e.strip() for e in args.engines.split(",") if e.strip()]
         pg_url = None
         if "postgresql" in names:
-            from .__main__ import postgres_server
+            from .common import postgres_server
 
             pg_url = stack.enter_context(postgres_server())
         for name in names:

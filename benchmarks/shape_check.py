@@ -27,7 +27,7 @@ import sqlalchemy
 from cadence_store import RunStore, upgrade
 from cadence_store.shape import shape_differences
 
-from .__main__ import ROOT_HASH, Engine, postgres_server
+from .common import ROOT_HASH, Engine, postgres_server
 
 HERE = Path(__file__).resolve().parent
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from cadence_store import RunStore
 
-from .__main__ import Engine, grow, machine, open_store, paused_run, postgres_server
+from .common import Engine, grow, machine, open_store, paused_run, postgres_server
 
 HERE = Path(__file__).resolve().parent
 TARGET_EVENTS_PER_S = 255_000  # issue 16: 1.5x cadence 1.x's 170k events/s

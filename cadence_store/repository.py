@@ -28,7 +28,6 @@ keeps the runs, change and delivery bindings and transitions. Input rules are in
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -59,6 +58,7 @@ from .journal.documents import (
     projection_of,
     stored_projection,
 )
+from .journal.run_ids import new_run_id
 from .journal.validation import (
     check_deliveries,
     check_delivery,
@@ -173,7 +173,7 @@ class RunRepository(LeaseRules, RunReading):
                 self._record(sql, existing_id, operation_id, START, existing_json)
                 return projection_of(document)
 
-        run_id = str(uuid.uuid4())
+        run_id = new_run_id()
         payload: Document = {"runId": run_id, "rootHash": root_hash, "stage": stage}
         if change is not None:
             payload["change"] = change

@@ -79,7 +79,7 @@ def deterministic_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     restart()
     # run ids come from the repository, lease tokens from one function every store calls
-    monkeypatch.setattr(cadence_store.repository, "uuid", Ids)
+    monkeypatch.setattr(cadence_store.repository, "new_run_id", lambda: str(Ids.uuid4()))
     monkeypatch.setattr(cadence_store.repository_leases, "uuid", Ids)
     return restart
 

@@ -21,9 +21,10 @@ def key(n: int) -> str:
     return f"{n:064x}"
 
 
-def is_uuid4(value: str) -> bool:
+def is_run_id(value: str) -> bool:
+    """A time-ordered UUID (version 7), in canonical form."""
     parsed = uuid.UUID(value)
-    return parsed.version == 4 and str(parsed) == value
+    return parsed.version == 7 and str(parsed) == value
 
 
 def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_rows):
@@ -31,7 +32,7 @@ def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_r
         "abel-implement", change="durable-control-plane", operation_id="start-001"
     )
 
-    assert is_uuid4(run.run_id)
+    assert is_run_id(run.run_id)
     assert (run.root_hash, run.stage, run.change, run.provisional_key) == (
         ROOT_HASH,
         "abel-implement",
@@ -108,7 +109,7 @@ def test_new_provisional_design_run(store, table_rows):
         provisional_aliases=[key(2), key(3)],
         operation_id="start-design",
     )
-    assert is_uuid4(run.run_id)
+    assert is_run_id(run.run_id)
     assert (run.stage, run.change, run.provisional_key) == ("abel-design", None, key(1))
     [event] = store.list_events(run.run_id)
     # aliases are lookup keys only: the event names the primary provisional key
