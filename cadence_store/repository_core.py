@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Self
 
 from sqlalchemy import Connection
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from .engine import (
@@ -158,22 +157,22 @@ class RepositoryCore:
         return repository
 
     @classmethod
-    def on_dbapi_connection(
+    def on_statements(
         cls,
-        dbapi_connection: Any,
-        dialect: Dialect,
+        statements: Statements,
         *,
         root_hash: str | None = None,
         clock: Clock | None = None,
         schema: str | None = None,
     ) -> Self:
-        """A repository on a pooled DB-API connection whose transaction its owner
-        (`direct_write`) has begun and will end, on a store already checked ready. It
-        has no `Session`: it serves calls that run no host code."""
+        """A repository on a pooled DB-API connection's statements, in a transaction its
+        owner (`direct_write`) has begun and will end, on a store already checked ready,
+        with arguments that store checked. It has no `Session`: it serves calls that run
+        no host code."""
         repository = cls.__new__(cls)
-        repository._setup(None, None, None, root_hash, clock, schema)
-        repository._statements = Statements.on_dbapi(dialect, dbapi_connection, repository.schema)
-        repository._dialect_name = dialect.name
+        repository._setup(None, None, None, root_hash, clock, schema, checked=True)
+        repository._statements = statements
+        repository._dialect_name = statements.dialect_name
         repository._ready = True
         return repository
 
@@ -185,15 +184,21 @@ class RepositoryCore:
         root_hash: str | None,
         clock: Clock | None,
         schema: str | None,
+        *,
+        checked: bool = False,
     ) -> None:
+        """`checked`: the owner has validated `root_hash`, `clock` and `schema` already."""
         self._session = session
         self._session_factory = session_factory
         self._own_connection = connection
-        self.root_hash = None if root_hash is None else require_root_hash(root_hash)
-        require_clock(clock)
+        if not checked:
+            root_hash = None if root_hash is None else require_root_hash(root_hash)
+            require_clock(clock)
+            schema = require_schema_name(schema)
+        self.root_hash = root_hash
         self._clock: Clock = system_clock if clock is None else clock
         self._explicit_clock = clock is not None
-        self.schema = require_schema_name(schema)
+        self.schema = schema
         self._ready = False
         self._statements: Statements | None = None  # a DB-API connection's (direct writes)
         self._dialect_name: str | None = None

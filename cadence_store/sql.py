@@ -373,6 +373,10 @@ class Statements:
     def dialect_name(self) -> str:
         return str(self._dialect.name)
 
+    def begin_immediate(self) -> None:
+        """SQLite: begin a transaction holding the write lock (see `engine.begin_immediate`)."""
+        self._cursor.execute("BEGIN IMMEDIATE")
+
     def _run(self, name: str, params: Mapping[str, Any]) -> Any:
         statement = self._compiled.get(name) or _compiled(self._dialect, name, self._schema_map)
         self._cursor.execute(statement.text, statement.arguments(params))

@@ -114,17 +114,21 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         )
         self._closed = False
         self.state_root: StateRoot | None = None
-        if self.schema is not None and is_sqlite(self.engine):
-            self._dispose()
-            raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
         # calls that run no host code skip the Connection/Session wrapping (direct_write)
         self._direct = (
             DirectWrites(
-                self._base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
+                self._base_engine,
+                root_hash=self.root_hash,
+                clock=self._clock,
+                schema=self.schema,
+                keep_one=self._owns_engine,  # a host's pool lends all its connections
             )
             if fits_direct_writes(self._base_engine)
             else None
         )
+        if self.schema is not None and is_sqlite(self.engine):
+            self._dispose()
+            raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
         self._failover = Failover(
             failover_timeout_s,
             database=masked_url(self.engine.url),
@@ -208,6 +212,8 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _dispose(self) -> None:
+        if self._direct is not None:
+            self._direct.release()
         if self._owns_engine:
             self._base_engine.dispose()
         if self._owns_read_engine and self._read_engine is not None:
@@ -215,6 +221,8 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
 
     def _forget_connections(self) -> None:
         """Drop idle pooled connections: they may point at a primary that is gone."""
+        if self._direct is not None:
+            self._direct.release(discard=True)
         self._base_engine.pool.dispose()
         if self._read_engine is not None:
             self._read_engine.pool.dispose()

@@ -53,9 +53,16 @@ class StoreTransactions:
         It is the caller's: a lost connection is not re-run (the block may have effects
         outside the database); re-run the whole block with the same operation ids."""
         self._assert_open()
+        self._lend_kept_connection()
         return UnitOfWork(
             self._base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
         )
+
+    def _lend_kept_connection(self) -> None:
+        """Before taking a connection from the pool, give back the one the direct path
+        keeps: with a small pool, a read inside a unit of work could wait for it."""
+        if self._direct is not None:
+            self._direct.release()
 
     def _write(
         self,
@@ -97,6 +104,7 @@ class StoreTransactions:
     def _reading(self) -> Iterator[RunRepository]:
         """One read snapshot, on `read_bind` when given (it may lag the primary)."""
         self._assert_open()
+        self._lend_kept_connection()
         engine = self.engine if self._read_engine is None else self._read_engine
         with (
             database_errors(READ),

@@ -136,7 +136,7 @@ NOT_CALLED = {
     },
     RunRepository: {
         "on_connection": "the constructor a unit of work uses; walked through uow.runs",
-        "on_dbapi_connection": "the constructor RunStore's direct writes use; walked through "
+        "on_statements": "the constructor RunStore's direct writes use; walked through "
         "RunStore's calls",
     },
     UnitOfWork: {},

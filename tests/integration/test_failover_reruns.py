@@ -153,6 +153,7 @@ def test_reads_are_re_run_too(
     store: RunStore, proxy: FaultProxy, warnings: Callable[[], list[str]]
 ) -> None:
     run = store.start_run("abel-implement", change="c1", operation_id="start-1")
+    assert store.status(run.run_id) == run  # the pool's connections are a read's now
     proxy.cut()
     assert store.status(run.run_id) == run
     assert_one_masked_retry(warnings())
@@ -178,13 +179,15 @@ def test_a_connection_left_read_only_is_re_run_not_reported_as_a_write_failure(
             alter("RESET default_transaction_read_only")
 
     alter("SET default_transaction_read_only = on")
-    store.engine.pool.dispose()  # new connections see the database read-only
+    # a store whose connections all came after the change: they see the database read-only
+    left_on_standby = RunStore(store.engine.url, root_hash=ROOT_HASH)
     handler = PrimaryComesBack(logging.WARNING)
     logging.getLogger("cadence_store").addHandler(handler)
     try:
-        moved = store.transition(run.run_id, "paused", operation_id="pause-1")
+        moved = left_on_standby.transition(run.run_id, "paused", operation_id="pause-1")
     finally:
         logging.getLogger("cadence_store").removeHandler(handler)
+        left_on_standby.close()
     assert moved.sequence == 2
     assert_one_masked_retry(warnings())
     assert "25006" in warnings()[0] or "read-only" in warnings()[0]

@@ -159,3 +159,36 @@ def test_a_host_engine_with_connection_events_keeps_them(store_url):
             hosted.verify_integrity(run.run_id)
     finally:
         engine.dispose()
+
+
+@pytest.mark.run_store_only
+def test_the_connection_kept_between_writes_never_starves_the_store(store_url):
+    with RunStore(
+        store_url, root_hash=ROOT_HASH, pool_size=2, max_overflow=0, pool_timeout=10
+    ) as small:
+        run = small.start_run("abel-implement", change="small-pool", operation_id="s1")
+        small.transition(run.run_id, "paused", operation_id="t1")  # keeps a connection
+        with small.unit_of_work() as uow:  # takes one of the two
+            uow.runs.transition(run.run_id, "paused", operation_id="t2")
+            # a read needs the other one: the kept connection went back to the pool
+            assert small.status(run.run_id).sequence == 2  # t2 is not committed yet
+        assert small.transition(run.run_id, "paused", operation_id="t3").sequence == 4
+
+
+@pytest.mark.run_store_only
+def test_no_connection_is_kept_from_a_host_pool_or_a_checking_pool(store_url):
+    host_engine = create_engine(store_url)
+    try:
+        with RunStore(host_engine, root_hash=ROOT_HASH) as hosted:
+            run = hosted.start_run("abel-implement", change="host-pool", operation_id="s1")
+            hosted.transition(run.run_id, "paused", operation_id="t1")
+            assert host_engine.pool.checkedout() == 0
+    finally:
+        host_engine.dispose()
+    for index, options in enumerate(({"pool_pre_ping": True}, {"pool_recycle": 3600})):
+        with RunStore(store_url, root_hash=ROOT_HASH, **options) as checking:
+            checking.transition(run.run_id, "paused", operation_id=f"checking-{index}")
+            assert checking.engine.pool.checkedout() == 0
+    with RunStore(store_url, root_hash=ROOT_HASH) as own:
+        own.transition(run.run_id, "paused", operation_id="kept")
+        assert own.engine.pool.checkedout() == 1  # the one kept for the next write
