@@ -128,7 +128,9 @@ def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
     emitted = 0
     # no open connection may be inherited: SQLite keeps per-process lock state for a file
     # (a forked copy would be wrong), and a driver's cleanup in a child would end the
-    # parent's session; the pool reconnects afterwards
+    # parent's session; the pool reconnects afterwards. The connection the direct write
+    # path keeps goes back first, or it would stay open across the fork.
+    store._lend_kept_connection()
     store.engine.dispose()
     try:
         for worker in workers:

@@ -18,6 +18,7 @@ from support import ROOT_HASH
 from cadence_store import JournalIntegrityError, OperationConflictError, RunRepository, RunStore
 from cadence_store.direct_write import fits_direct_writes
 from cadence_store.models import operations, runs
+from cadence_store.parallel_verify import verify_runs
 
 
 def _events_of(store, run_id):
@@ -192,3 +193,21 @@ def test_no_connection_is_kept_from_a_host_pool_or_a_checking_pool(store_url):
     with RunStore(store_url, root_hash=ROOT_HASH) as own:
         own.transition(run.run_id, "paused", operation_id="kept")
         assert own.engine.pool.checkedout() == 1  # the one kept for the next write
+
+
+@pytest.mark.run_store_only
+def test_verifying_across_processes_after_writes_hands_no_connection_to_the_workers(
+    store_url,
+):
+    with RunStore(store_url, root_hash=ROOT_HASH) as own:
+        run_ids = []
+        for index in range(4):
+            run = own.start_run("abel-implement", change=f"jobs-{index}", operation_id=f"s{index}")
+            own.transition(run.run_id, "paused", operation_id=f"t{index}")
+            run_ids.append(run.run_id)
+        assert own.engine.pool.checkedout() == 1  # kept by the direct write path
+        checks = verify_runs(own, run_ids, jobs=2)
+        assert [(check.run_id, check.ok) for check in checks] == [(r, True) for r in run_ids]
+        # the parent's own connections are unharmed by the workers' exit
+        assert own.transition(run_ids[0], "paused", operation_id="after").sequence == 3
+        assert own.verify_integrity(run_ids[0]).sequence == 3
