@@ -84,7 +84,7 @@ class DirectWrites:
         self._schema = schema
         self._sqlite = engine.dialect.name == "sqlite"
         self._keeping = keep_one and _pool_lends_freely(engine.pool)
-        self._kept: PoolProxiedConnection | None = None
+        self._kept: tuple[PoolProxiedConnection, Statements] | None = None
         self._lock = threading.Lock()
 
     def ready(self) -> bool:
@@ -98,34 +98,38 @@ class DirectWrites:
             kept, self._kept = self._kept, None
         if kept is None:
             return
+        pooled, _ = kept
         if discard:
-            kept.invalidate()
-        kept.close()
+            pooled.invalidate()
+        pooled.close()
 
-    def _checkout(self) -> PoolProxiedConnection:
+    def _checkout(self) -> tuple[PoolProxiedConnection, Statements]:
+        """A pooled connection and the statements on it (the kept pair, if there is one)."""
         if self._keeping:
             with self._lock:
                 kept, self._kept = self._kept, None
             if kept is not None:
                 return kept
         with database_errors(WRITE):
-            return self._engine.raw_connection()
+            pooled = self._engine.raw_connection()
+        dbapi_connection = pooled.dbapi_connection
+        assert dbapi_connection is not None  # a connection just checked out
+        return pooled, Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
 
-    def _checkin(self, pooled: PoolProxiedConnection) -> None:
+    def _checkin(self, kept: tuple[PoolProxiedConnection, Statements]) -> None:
         """After a commit: keep the connection if none is kept, else back to the pool."""
         if self._keeping:
             with self._lock:
                 if self._kept is None:
-                    self._kept = pooled
+                    self._kept = kept
                     return
-        pooled.close()
+        kept[0].close()
 
     def run(self, work: Callable[[RunRepository], T]) -> T:
-        pooled = self._checkout()
+        pooled, statements = self._checkout()
         dbapi_connection = pooled.dbapi_connection
-        assert dbapi_connection is not None  # a connection just checked out
+        assert dbapi_connection is not None  # checked out, not yet closed
         try:
-            statements = Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
             if self._sqlite:
                 # take the write lock first: a concurrent writer waits in SQLite's busy
                 # handler instead of failing the read-then-write halfway
@@ -145,7 +149,7 @@ class DirectWrites:
                 pooled.invalidate()  # a connection that cannot roll back is not reused
             pooled.close()
             raise
-        self._checkin(pooled)
+        self._checkin((pooled, statements))
         return result
 
 
