@@ -478,7 +478,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         [int(n) for n in published],
         list(published.values()),
         marker="s",
-        color="tab:red",
+        color="black",
         label=label_1x,
     )
     starts.plot(
@@ -486,7 +486,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         list(CADENCE_1X["start_run_ms"].values()),
         marker="s",
         linestyle="none",
-        color="tab:red",
+        color="black",
         label=label_1x,
     )
     for axis in (appends, starts):

@@ -1,0 +1,101 @@
+"""Where a durable transition's CPU goes: `python -m benchmarks.write_path_cpu [--rounds N]`.
+
+SQLite with `synchronous=OFF`, so that the disk is out and what is left is CPU: the same
+transition through each layer, interleaved in random order, 200 calls a round; the table
+gives the 25th percentile of the per-round means (the least disturbed rounds).
+
+- `RunStore.transition`: the whole call (failover wrapper, retries, direct write path);
+- `direct path`: `DirectWrites.run` alone (kept connection, BEGIN IMMEDIATE, COMMIT);
+- `repository`: `RunRepository.transition` on a held DB-API connection, begun by hand;
+- `floor`: the hand-written DB-API transaction (`floor.py`).
+
+Each step down removes one layer; the differences are that layer's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import cadence_store.engine as store_engine
+from cadence_store.repository import RunRepository
+from cadence_store.sql import Statements
+
+from .common import open_store, paused_run
+from .floor import SqliteFloor
+
+
+def _without_fsync() -> None:
+    set_pragmas = store_engine._set_session_pragmas
+
+    def pragmas(connection: Any, *, wal: bool) -> None:
+        set_pragmas(connection, wal=wal)
+        connection.execute("PRAGMA synchronous = OFF")
+
+    store_engine._set_session_pragmas = pragmas
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.write_path_cpu")
+    parser.add_argument("--rounds", type=int, default=40)
+    args = parser.parse_args(argv)
+    _without_fsync()
+    path = Path(tempfile.mkdtemp(prefix="cadence-cpu-")) / "cpu.sqlite3"
+    store = open_store(f"sqlite:///{path}")
+    floor = SqliteFloor(str(path))
+    floor.db.execute("PRAGMA synchronous = OFF")
+    names = ["RunStore.transition", "direct path", "repository", "floor"]
+    runs = {name: paused_run(store, f"layer-{index}") for index, name in enumerate(names)}
+    held = store.engine.raw_connection()
+    raw = held.dbapi_connection
+
+    def repository(run_id: str, operation_id: str) -> None:
+        statements = Statements.on_dbapi(store.engine.dialect, raw)
+        statements.begin_immediate()
+        RunRepository.on_statements(statements, root_hash=store.root_hash).transition(
+            run_id, "paused", operation_id=operation_id, code="x"
+        )
+        raw.commit()  # type: ignore[union-attr]
+
+    direct = store._direct
+    assert direct is not None
+    variants = {
+        "RunStore.transition": lambda r, op: store.transition(
+            r, "paused", operation_id=op, code="x"
+        ),
+        "direct path": lambda r, op: direct.run(
+            lambda repo: repo.transition(r, "paused", operation_id=op, code="x")
+        ),
+        "repository": repository,
+        "floor": lambda r, op: floor.transition(r, op, "paused", "x"),
+    }
+    means: dict[str, list[float]] = {name: [] for name in variants}
+    counter = 0
+    for _ in range(args.rounds):
+        order = list(variants)
+        random.shuffle(order)
+        for name in order:
+            started = time.perf_counter()
+            for _ in range(200):
+                counter += 1
+                variants[name](runs[name], f"op-{counter}")
+            means[name].append((time.perf_counter() - started) / 200 * 1e6)
+    held.close()
+    floor.close()
+    store.close()
+    floor_us = statistics.quantiles(means["floor"], n=4)[0]
+    print("| layer | µs per call (p25 of round means) | above the floor |")
+    print("|---|---|---|")
+    for name in names:
+        value = statistics.quantiles(means[name], n=4)[0]
+        print(f"| {name} | {value:.1f} | {value - floor_us:+.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
