@@ -243,7 +243,11 @@ class RepositoryCore:
             raw = connection.connection.dbapi_connection
             if raw is not None and not driver_in_transaction(raw):
                 begin_immediate(connection)
-        return Statements(connection, self.schema)
+        statements = Statements(connection, self.schema)
+        if self._own_connection is not None:
+            # a unit of work's connection and transaction are this repository's for life
+            self._statements = statements
+        return statements
 
     def _read_statements(self) -> Statements:
         if self._statements is not None:
