@@ -154,7 +154,7 @@ def bench_append_flatness(
             run_id = paused_run(store, f"{variant}-{length}")
             grow(store, run_id, max(0, length - 2), f"{variant}-{length}")
             runs[(variant, length)] = run_id
-    settle()
+    settle(url)
 
     def append(variant: str, length: int) -> Any:
         run_id = runs[(variant, length)]
@@ -183,8 +183,10 @@ def bench_start_run(
 ) -> dict[str, Any]:
     """`start_run` in stores already holding `sizes` runs, interleaved."""
     stores = {}
+    urls = []
     for size in sizes:
-        store = open_store(engine.fresh_url())
+        urls.append(engine.fresh_url())
+        store = open_store(urls[-1])
         created = 0
         while created < size:
             batch = min(2_000, size - created)
@@ -195,7 +197,7 @@ def bench_start_run(
                     )
             created += batch
         stores[size] = store
-    settle()
+    settle(*urls)
 
     def start(size: int) -> Any:
         store = stores[size]

@@ -98,13 +98,13 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         self._clock = require_clock(clock)
         # checked before any engine exists: a bad value leaves nothing to dispose
         require_failover_timeout(failover_timeout_s)
+        self.schema = require_schema_name(schema)
         self._owns_read_engine = False
         self._read_engine: Engine | None = None
         self._owns_engine = not isinstance(bind, Engine)
         self._base_engine = (
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)
         )
-        self.schema = require_schema_name(schema)
         options = schema_options(self.schema)
         # For connections that touch only cadence-store's tables (reads, transfer): an
         # option engine shares the pool, and the host's own engine is left as it was. Units
