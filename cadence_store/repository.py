@@ -40,7 +40,6 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import WRITE, coded
 from .journal import (
     RUN_STATES,
     TERMINAL_STATES,
@@ -88,6 +87,7 @@ from .repository_core import (
     ExpiryNeeded,
     RepositoryCore,
     RunHead,
+    journal_write,
     system_clock,
 )
 from .repository_leases import LeaseRules
@@ -102,7 +102,7 @@ class RunRepository(LeaseRules, RunReading):
 
     # -- runs --------------------------------------------------------------------------
 
-    @coded(WRITE)
+    @journal_write
     def start_run(
         self,
         stage: str,
@@ -208,7 +208,7 @@ class RunRepository(LeaseRules, RunReading):
         self._record(sql, run_id, operation_id, START, projection_json)
         return built_projection(created)
 
-    @coded(WRITE)
+    @journal_write
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         require_operation_id(operation_id)
         require_change(change)
@@ -301,7 +301,7 @@ class RunRepository(LeaseRules, RunReading):
         self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
         return built_projection(document), True
 
-    @coded(WRITE)
+    @journal_write
     def bind_delivery(
         self,
         run_id: str,
@@ -328,7 +328,7 @@ class RunRepository(LeaseRules, RunReading):
         projection, _ = self.bind_deliveries_once(requests)
         return projection
 
-    @coded(WRITE)
+    @journal_write
     def bind_deliveries_once(self, requests: list[BindDelivery]) -> tuple[RunProjection, bool]:
         """`bind_deliveries`, and whether any of them appended an event (False: every
         request replayed a receipt or found its binding already stored)."""
@@ -358,7 +358,7 @@ class RunRepository(LeaseRules, RunReading):
         )
         return projection
 
-    @coded(WRITE)
+    @journal_write
     def transition_once(
         self,
         run_id: str,

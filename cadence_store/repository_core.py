@@ -5,11 +5,12 @@ See `repository.py` for the lock order every path follows.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Self
+from typing import Any, Final, ParamSpec, Self, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
@@ -28,6 +29,7 @@ from .errors import (
     RunNotFoundError,
     StoreUnavailableError,
 )
+from .failures import WRITE, coded
 from .journal import RunProjection, apply_event, hash_event, js_stringify
 from .journal.documents import Document, parse_document, stored_projection
 from .journal.validation import is_safe_integer, require_clock, require_root_hash
@@ -43,6 +45,8 @@ from .sql import Statements
 from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
 
 Clock = Callable[[], int]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # The operation kind of each journal call's receipt (its event type, or "start").
 START: Final = KIND_START
@@ -122,6 +126,29 @@ class ExpiryNeeded(CadenceStoreError):
     mark it interrupted (`RunStore` then asks the primary; callers never see it)."""
 
     default_code = "operation-expiry-needed"
+
+
+def journal_write(method: Callable[P, R]) -> Callable[P, R]:
+    """`coded(WRITE)` for a journal call that writes, which also marks its transaction
+    unfinished when the call fails after it wrote a row: SQLite keeps
+    the statements before a failed one, so a unit of work must not commit it."""
+    guarded = coded(WRITE)(method)
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        repository = args[0]
+        assert isinstance(repository, RepositoryCore)
+        statements = repository._statements
+        before = 0 if statements is None else statements.writes
+        try:
+            return guarded(*args, **kwargs)
+        except BaseException:
+            statements = repository._statements
+            if statements is not None and statements.writes != before:
+                repository.left_unfinished = True
+            raise
+
+    return wrapper
 
 
 class RepositoryCore:
@@ -206,6 +233,8 @@ class RepositoryCore:
         # that lives and dies with one transaction (on a unit of work's connection, or
         # RunStore's direct writes) keeps them: a host's session outlives its transactions.
         self._locked_heads: dict[str, RunHead] | None = None if session is not None else {}
+        # a call failed after some of its writes (see `journal_write`): never commit this
+        self.left_unfinished = False
 
     @property
     def session(self) -> Session:

@@ -15,7 +15,6 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import WRITE, coded
 from .journal import OperationLease, OperationStatus, js_stringify
 from .journal.canonical import JsonValueError, has_lossy_number
 from .journal.documents import stored_outcome
@@ -32,6 +31,7 @@ from .repository_core import (
     ExpiryNeeded,
     RepositoryCore,
     expiry,
+    journal_write,
 )
 from .sql import Statements
 from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
@@ -64,7 +64,7 @@ class LeaseRules(RepositoryCore):
             raise LeaseFencedError("lease-fenced")
         return row, now
 
-    @coded(WRITE)
+    @journal_write
     def acquire_lease(
         self,
         run_id: str,
@@ -152,7 +152,7 @@ class LeaseRules(RepositoryCore):
         )
         return lease
 
-    @coded(WRITE)
+    @journal_write
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
@@ -168,7 +168,7 @@ class LeaseRules(RepositoryCore):
         )
         return checked.model_copy(update={"expires_at": expires_at, "fence": row.lease_fence or 0})
 
-    @coded(WRITE)
+    @journal_write
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         self._assert_live(self._write_statements(), coerce_lease(lease))
 
@@ -186,7 +186,7 @@ class LeaseRules(RepositoryCore):
         if changed != 1:
             raise LeaseFencedError("lease-fenced")
 
-    @coded(WRITE)
+    @journal_write
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -204,11 +204,11 @@ class LeaseRules(RepositoryCore):
         result: dict[str, Any] = json.loads(serialized)
         return result
 
-    @coded(WRITE)
+    @journal_write
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         self._finish_lease(coerce_lease(lease), INTERRUPTED, None)
 
-    @coded(WRITE)
+    @journal_write
     def finished_lease(
         self,
         lease: OperationLease | Mapping[str, Any],
@@ -231,7 +231,7 @@ class LeaseRules(RepositoryCore):
         except (JsonValueError, RecursionError, TypeError):
             return False
 
-    @coded(WRITE)
+    @journal_write
     def inspect_operation(
         self, run_id: str, operation_id: str, *, expire: bool = True
     ) -> OperationStatus | None:
@@ -260,7 +260,7 @@ class LeaseRules(RepositoryCore):
             fence=row.lease_fence if row.kind == LEASE else None,
         )
 
-    @coded(WRITE)
+    @journal_write
     def recover_expired_leases(self) -> int:
         sql = self._write_statements()
         if self._server_clock():

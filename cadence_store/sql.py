@@ -346,7 +346,7 @@ def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStat
 class Statements:
     """Executes the named statements on one SQLAlchemy connection's DB-API cursor."""
 
-    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map")
+    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map", "writes")
 
     def __init__(self, connection: Connection, schema: str | None = None) -> None:
         """`schema`: where cadence-store's tables are (the connection's own statements,
@@ -368,6 +368,7 @@ class Statements:
         self._compiled = _compiled_statements(dialect, self._schema_map)
         self._raw = raw
         self._cursor = raw.cursor()
+        self.writes = 0  # rows written so far (`journal_write` reads it)
 
     @property
     def dialect_name(self) -> str:
@@ -401,6 +402,8 @@ class Statements:
 
     def write(self, name: str, **params: Any) -> int:
         count: int = self._run(name, params).rowcount
+        if count > 0:
+            self.writes += count
         return count
 
     def stream(self, name: str, batch: int, **params: Any) -> Iterator[tuple[Any, ...]]:

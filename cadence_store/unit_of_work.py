@@ -90,12 +90,13 @@ class UnitOfWork:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        connection, session = self._connection, self._session
-        assert connection is not None
+        connection, session, runs = self._connection, self._session, self._runs
+        assert connection is not None and runs is not None
         self._connection = self._session = self._runs = None
         try:
             if exc_type is None:
                 try:
+                    refuse_unfinished(runs)
                     with database_errors(WRITE):
                         if session is not None:
                             session.flush()
@@ -112,6 +113,17 @@ class UnitOfWork:
             if session is not None:
                 session.close()
             connection.close()
+
+
+def refuse_unfinished(runs: RunRepository) -> None:
+    """A journal call failed after some of its writes (and the block went on): committing
+    would keep half of it."""
+    if runs.left_unfinished:
+        raise StoreUnavailableError(
+            "run-store-write-failed",
+            "a journal call in this unit of work failed after writing part of its rows; "
+            "the unit of work was rolled back",
+        )
 
 
 def _rollback_quietly(session: Session | None, connection: Connection) -> None:

@@ -15,6 +15,7 @@ from ..failures import WRITE, database_errors, is_database_error, translate_data
 from ..repository import Clock
 from ..schema import require_schema_name
 from ..shape import assert_store_ready
+from ..unit_of_work import refuse_unfinished
 from .repository import AsyncRunRepository
 
 
@@ -101,12 +102,13 @@ class AsyncUnitOfWork:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        connection, session = self._connection, self._session
-        assert connection is not None
+        connection, session, runs = self._connection, self._session, self._runs
+        assert connection is not None and runs is not None
         self._connection = self._session = self._runs = None
         try:
             if exc_type is None:
                 try:
+                    refuse_unfinished(runs.sync)
                     with database_errors(WRITE):
                         if session is not None:
                             await session.flush()

@@ -15,7 +15,13 @@ from sqlalchemy import create_engine, event, insert, text, update
 from sqlalchemy.orm import Session
 from support import ROOT_HASH
 
-from cadence_store import JournalIntegrityError, OperationConflictError, RunRepository, RunStore
+from cadence_store import (
+    JournalIntegrityError,
+    OperationConflictError,
+    RunRepository,
+    RunStore,
+    StoreUnavailableError,
+)
 from cadence_store.direct_write import fits_direct_writes
 from cadence_store.models import operations, runs
 from cadence_store.parallel_verify import verify_runs
@@ -211,3 +217,52 @@ def test_verifying_across_processes_after_writes_hands_no_connection_to_the_work
         # the parent's own connections are unharmed by the workers' exit
         assert own.transition(run_ids[0], "paused", operation_id="after").sequence == 3
         assert own.verify_integrity(run_ids[0]).sequence == 3
+
+
+def _fail_event_inserts(db, fail: bool) -> None:
+    """A trigger that refuses every event row: the journal call fails after its earlier
+    writes (the binding row, the run's new head) already ran."""
+    with db.begin() as connection:
+        if db.dialect.name == "sqlite":
+            connection.exec_driver_sql("DROP TRIGGER IF EXISTS refuse_events")
+            if fail:
+                connection.exec_driver_sql(
+                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                    "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+                )
+            return
+        connection.exec_driver_sql("DROP TRIGGER IF EXISTS refuse_events ON events")
+        if fail:
+            connection.exec_driver_sql(
+                "CREATE OR REPLACE FUNCTION refuse_event() RETURNS trigger "
+                "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+            )
+            connection.exec_driver_sql(
+                "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_event()"
+            )
+
+
+@pytest.mark.run_store_only
+def test_a_unit_of_work_never_commits_half_of_a_failed_journal_call(store, db, snapshot):
+    run = store.start_run("abel-implement", change="half-call", operation_id="s1")
+    store.transition(run.run_id, "paused", operation_id="t1")
+    before = snapshot()
+    _fail_event_inserts(db, True)
+    try:
+        with pytest.raises(StoreUnavailableError) as refused, store.unit_of_work() as uow:
+            with pytest.raises(StoreUnavailableError) as failed:
+                uow.runs.bind_delivery(run.run_id, "gate-a", 1, "a" * 64, operation_id="b1")
+            assert failed.value.code == "run-store-write-failed"
+            # the host goes on as if the call had simply failed
+    finally:
+        _fail_event_inserts(db, False)
+    assert refused.value.code == "run-store-write-failed"
+    assert snapshot() == before  # no binding row, no moved head
+    assert store.verify_integrity(run.run_id).sequence == 2
+    # a call that fails before writing anything leaves the unit of work usable
+    with store.unit_of_work() as uow:
+        with pytest.raises(OperationConflictError):
+            uow.runs.transition(run.run_id, "paused", operation_id="s1")
+        uow.runs.transition(run.run_id, "paused", operation_id="t2")
+    assert store.verify_integrity(run.run_id).sequence == 3
