@@ -136,7 +136,7 @@ def journal_write(method: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        repository = args[0]
+        repository, *_ = args  # the method's self
         assert isinstance(repository, RepositoryCore)
         statements = repository._statements
         before = 0 if statements is None else statements.writes

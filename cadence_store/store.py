@@ -212,8 +212,7 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _dispose(self) -> None:
-        if self._direct is not None:
-            self._direct.release()
+        self._lend_kept_connection()
         if self._owns_engine:
             self._base_engine.dispose()
         if self._owns_read_engine and self._read_engine is not None:
