@@ -17,6 +17,7 @@ from .errors import (
     StoreBusyError,
     StoreFormatError,
     StoreUnavailableError,
+    TransactionAbortedError,
 )
 from .journal import (
     ApprovalProof,
@@ -91,6 +92,7 @@ __all__ = [
     "StoreCounts",
     "StoreFormatError",
     "StoreUnavailableError",
+    "TransactionAbortedError",
     "TimelineEntry",
     "UnitOfWork",
     "configure_engine",

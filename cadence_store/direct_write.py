@@ -24,8 +24,8 @@ close). None is kept when the pool checks connections at checkout (`pool_pre_pin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Final, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
@@ -34,22 +34,29 @@ from .failures import WRITE, database_errors
 from .repository import Clock, RunRepository
 from .shape import is_store_ready
 from .sql import Statements
+from .transaction import JournalTransaction
 
 T = TypeVar("T")
 
-# the `Connection` events a direct transaction would not fire
+# the `Connection` events a direct transaction would not fire (a host's cursor listeners
+# among them: they must see the store's statements)
 _CONNECTION_EVENTS: Final = (
     "engine_connect",
     "begin",
     "commit",
     "rollback",
     "set_connection_execution_options",
+    "before_cursor_execute",
+    "after_cursor_execute",
+    "before_execute",
+    "after_execute",
 )
 
 
 def fits_direct_writes(engine: Engine) -> bool:
     """Whether a transaction on `engine`'s pooled DB-API connections is indistinguishable
-    from one on its `Connection`s: no connection events, no execution options."""
+    from one on its `Connection`s: no connection or statement events, no execution
+    options."""
     if engine.get_execution_options():
         return False
     return not any(getattr(engine.dispatch, name) for name in _CONNECTION_EVENTS)
@@ -83,7 +90,7 @@ class DirectWrites:
         self._clock = clock
         self._schema = schema
         self._sqlite = engine.dialect.name == "sqlite"
-        self._keeping = keep_one and _pool_lends_freely(engine.pool)
+        self._keeping = keep_one
         self._kept: tuple[PoolProxiedConnection, Statements] | None = None
         self._lock = threading.Lock()
 
@@ -102,6 +109,14 @@ class DirectWrites:
         if discard:
             pooled.invalidate()
         pooled.close()
+
+    def abandon(self) -> None:
+        """In a child after `fork()`: forget the kept connection without closing it (it is
+        the parent's), and the lock a parent's thread may have held."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            _ABANDONED.append(kept)
+        self._lock = threading.Lock()
 
     def _checkout(self) -> tuple[PoolProxiedConnection, Statements]:
         """A pooled connection and the statements on it (the kept pair, if there is one)."""
@@ -135,9 +150,10 @@ class DirectWrites:
                 # handler instead of failing the read-then-write halfway
                 with database_errors(WRITE):
                     statements.begin_immediate()
-            repository = RunRepository.on_statements(
-                statements, root_hash=self._root_hash, clock=self._clock, schema=self._schema
+            transaction = JournalTransaction.on_pooled(
+                self._engine.dialect, dbapi_connection, statements, self._schema
             )
+            repository = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
             result = work(repository)
             with database_errors(WRITE):
                 dbapi_connection.commit()
@@ -153,12 +169,18 @@ class DirectWrites:
         return result
 
 
-def _pool_lends_freely(pool: Pool) -> bool:
-    """A queue pool of two connections or more that checks nothing at checkout: keeping
-    one of them idle starves nobody and skips no check the host asked for."""
+def lends_freely(pool: Pool, engine_options: Mapping[str, Any]) -> bool:
+    """Whether keeping one connection of a store's own pool idle starves nobody and skips
+    no check asked for: a queue pool of two connections or more, made without
+    `pool_pre_ping` or `pool_recycle` (a kept connection would bypass both)."""
+    recycle = engine_options.get("pool_recycle")
     return (
         isinstance(pool, QueuePool)
         and pool.size() >= 2
-        and not pool._pre_ping  # create_engine(pool_pre_ping=True)
-        and pool._recycle < 0  # create_engine(pool_recycle=seconds)
+        and not engine_options.get("pool_pre_ping")
+        and (recycle is None or recycle < 0)
     )
+
+
+# connections a forked child keeps referenced, never closed (they are its parent's)
+_ABANDONED: Final[list[Any]] = []

@@ -160,6 +160,16 @@ class StoreBusyError(CadenceStoreError):
     default_code = "run-store-busy"
 
 
+class TransactionAbortedError(CadenceStoreError):
+    """A unit of work's transaction can no longer commit what it did: a statement in it
+    failed (PostgreSQL aborts the whole transaction), the engine rolled it back by itself
+    (SQLite after SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, ...), or a journal call failed
+    after writing part of its rows. Nothing of the unit of work was committed: re-run the
+    whole block (operation ids that committed before replay)."""
+
+    default_code = "run-store-transaction-aborted"
+
+
 class StoreUnavailableError(CadenceStoreError):
     """The database cannot be read or written (disk full, read-only, closed, unreachable)."""
 
@@ -180,4 +190,5 @@ __all__ = [
     "StoreBusyError",
     "StoreFormatError",
     "StoreUnavailableError",
+    "TransactionAbortedError",
 ]

@@ -13,11 +13,12 @@ body is the caller's code, which may have effects outside the database.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
@@ -65,36 +66,60 @@ class Failover:
         self._sleep = sleep
 
     def run(self, attempt: Callable[[bool], T]) -> T:
-        deadline: float | None = None
-        retries = 0
+        budget = _Budget()
         while True:
             try:
-                return attempt(retries > 0)
+                return attempt(budget.retries > 0)
             except CadenceStoreError as error:
-                cause = error.__cause__
-                if self.timeout_s <= 0 or not is_connection_lost(cause):
-                    raise
-                now = self._monotonic()
-                if deadline is None:
-                    deadline = now + self.timeout_s
-                if now >= deadline:
-                    raise StoreUnavailableError(
-                        "run-store-unavailable",
-                        f"no primary answered within {self.timeout_s:g} s "
-                        f"({self._database}); the outcome of the call is unknown: it is safe "
-                        f"to retry it with the same operation id (last error: {error.detail})",
-                    ) from error
-                retries += 1
-                ceiling = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (retries - 1))
-                delay = min(random.uniform(ceiling / 2, ceiling), deadline - now)
-                logger.warning(
-                    "cadence-store: connection to %s lost or no primary answered (%s); "
-                    "re-running the call in %.2f s (retry %d, giving up after %g s)",
-                    self._database,
-                    error.detail,
-                    delay,
-                    retries,
-                    self.timeout_s,
-                )
-                self._forget_connections()
-                self._sleep(delay)
+                self._sleep(self._next_delay(error, budget))
+
+    async def run_async(self, attempt: Callable[[bool], Awaitable[T]]) -> T:
+        """`run` for a coroutine's attempts (the waits are the event loop's)."""
+        budget = _Budget()
+        while True:
+            try:
+                return await attempt(budget.retries > 0)
+            except CadenceStoreError as error:
+                await asyncio.sleep(self._next_delay(error, budget))
+
+    def _next_delay(self, error: CadenceStoreError, budget: _Budget) -> float:
+        """How long to wait before re-running a call that failed with `error`; raises
+        `error` itself unless it means a lost connection, and `run-store-unavailable`
+        once the budget is spent."""
+        cause = error.__cause__
+        if self.timeout_s <= 0 or not is_connection_lost(cause):
+            raise error
+        now = self._monotonic()
+        if budget.deadline is None:
+            budget.deadline = now + self.timeout_s
+        if now >= budget.deadline:
+            raise StoreUnavailableError(
+                "run-store-unavailable",
+                f"no primary answered within {self.timeout_s:g} s "
+                f"({self._database}); the outcome of the call is unknown: it is safe "
+                f"to retry it with the same operation id (last error: {error.detail})",
+            ) from error
+        budget.retries += 1
+        ceiling = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (budget.retries - 1))
+        delay = min(random.uniform(ceiling / 2, ceiling), budget.deadline - now)
+        logger.warning(
+            "cadence-store: connection to %s lost or no primary answered (%s); "
+            "re-running the call in %.2f s (retry %d, giving up after %g s)",
+            self._database,
+            error.detail,
+            delay,
+            budget.retries,
+            self.timeout_s,
+        )
+        self._forget_connections()
+        return delay
+
+
+class _Budget:
+    """One call's re-runs so far, and when they must stop."""
+
+    __slots__ = ("deadline", "retries")
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self.retries = 0

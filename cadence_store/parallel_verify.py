@@ -6,11 +6,13 @@ does in one process; the results come back in the order of the run ids. A run th
 is diagnosed (`transfer.check_record` on its rows) so that the report names the first bad
 sequence and what differs.
 
-Workers are forked where the platform can (they start at once, with the library already
-imported; spawning would re-import it, about as long as verifying 100,000 events), and they
-connect with the store's URL and schema, never through the parent's connections: the
-store's pool is emptied before the fork (`Engine.dispose`; connections a caller holds
-checked out stay open and are never touched by a worker).
+Workers come from a fork server (spawn where there is none), never from a fork of the
+caller's process: that process may run threads (a host's writers, a driver's), and a fork
+copies whatever lock one of them held (a worker then hung in `sqlite3.connect`). The fork
+server imports the library once, so a worker starts with it imported. Workers connect
+with the store's URL and schema, never through the parent's connections. The parent waits
+for them with a bound: a worker that sends nothing for `STALL_TIMEOUT_S` while the parent
+has nothing left to verify ends the call with `run-store-unavailable`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.process
 import queue
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
@@ -89,7 +92,7 @@ def _checks(store: RunStore, run_ids: list[str]) -> list[RunCheck]:
     snapshot: on PostgreSQL a snapshot costs three round trips (begin, isolation,
     rollback), as many as verifying a short run."""
     checks = []
-    with store._reading() as repository:  # the store's own read transaction
+    with store.snapshot() as repository:
         for run_id in run_ids:
             try:
                 repository.verify_integrity(run_id)
@@ -126,12 +129,7 @@ def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
     ]
     finished: dict[int, list[RunCheck] | _Failure] = {}
     emitted = 0
-    # no open connection may be inherited: SQLite keeps per-process lock state for a file
-    # (a forked copy would be wrong), and a driver's cleanup in a child would end the
-    # parent's session; the pool reconnects afterwards. The connection the direct write
-    # path keeps goes back first, or it would stay open across the fork.
-    store._lend_kept_connection()
-    store.engine.dispose()
+    waited_since: float | None = None
     try:
         for worker in workers:
             worker.start()
@@ -145,7 +143,9 @@ def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
                 except queue.Empty:
                     if index is None:
                         _check_alive(workers)
+                        waited_since = _check_progress(waited_since)
                     break
+                waited_since = None
                 finished[number] = outcome
                 if index is not None:
                     continue
@@ -160,12 +160,31 @@ def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
         for worker in workers:
             if worker.is_alive() and emitted < len(chunks):
                 worker.terminate()
-            worker.join()
+            worker.join(_JOIN_S)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(_JOIN_S)
         outcomes.close()
-        outcomes.join_thread()
+        outcomes.cancel_join_thread()  # never wait on a pipe a killed worker left full
 
 
 _POLL_S: Final = 0.5
+_JOIN_S: Final = 10.0
+# how long the parent waits for a worker's next chunk once it has nothing else to do
+STALL_TIMEOUT_S: Final = 600.0
+
+
+def _check_progress(waited_since: float | None) -> float:
+    """When the parent began waiting with nothing arriving; raises past the bound."""
+    now = time.monotonic()
+    if waited_since is None:
+        return now
+    if now - waited_since > STALL_TIMEOUT_S:
+        raise StoreUnavailableError(
+            "run-store-unavailable",
+            f"verification workers sent nothing for {STALL_TIMEOUT_S:g} s; stopped them",
+        )
+    return waited_since
 
 
 def _claim(claimed: Any, count: int) -> int | None:
@@ -187,8 +206,11 @@ def _check_alive(workers: Sequence[multiprocessing.process.BaseProcess]) -> None
 
 
 def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
 
 
 class _Failure:

@@ -86,7 +86,6 @@ from .repository_core import (
     Clock,
     ExpiryNeeded,
     RepositoryCore,
-    RunHead,
     journal_write,
     system_clock,
 )
@@ -94,6 +93,7 @@ from .repository_leases import LeaseRules
 from .repository_reading import RunReading
 from .sql import Statements
 from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
+from .transaction import RunHead
 
 
 class RunRepository(LeaseRules, RunReading):

@@ -9,29 +9,20 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Final, ParamSpec, Self, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
-from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from .engine import (
-    begin_immediate,
-    begins_immediate,
-    driver_in_transaction,
-    is_sqlite,
-)
 from .errors import (
     CadenceStoreError,
     InvalidInputError,
     JournalIntegrityError,
     OperationConflictError,
     RunNotFoundError,
-    StoreUnavailableError,
 )
 from .failures import WRITE, coded
 from .journal import RunProjection, apply_event, hash_event, js_stringify
-from .journal.documents import Document, parse_document, stored_projection
+from .journal.documents import Document, stored_projection
 from .journal.validation import is_safe_integer, require_clock, require_root_hash
 from .journal.vocabulary import (
     COMMITTED,
@@ -40,9 +31,9 @@ from .journal.vocabulary import (
     STATE_TRANSITIONED,
 )
 from .schema import require_schema_name
-from .shape import assert_store_ready
 from .sql import Statements
 from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
+from .transaction import JournalTransaction, RunHead
 
 Clock = Callable[[], int]
 P = ParamSpec("P")
@@ -69,23 +60,6 @@ def expiry(now: int, ttl: int) -> int:
     if not is_safe_integer(expires_at):
         raise InvalidInputError("invalid-lease-ttl", "the lease would expire past 2**53 - 1 ms")
     return expires_at
-
-
-@dataclass(slots=True)
-class RunHead:
-    run_id: str
-    root_hash: str
-    stage: str
-    projection_json: str
-    sequence: int
-    event_hash: str
-    _document: Document | None = None
-
-    def document(self) -> Document:
-        """The stored projection, parsed once (callers must not modify it)."""
-        if self._document is None:
-            self._document = parse_document(self.projection_json)
-        return self._document
 
 
 class _NextEvent:
@@ -129,164 +103,73 @@ class ExpiryNeeded(CadenceStoreError):
 
 
 def journal_write(method: Callable[P, R]) -> Callable[P, R]:
-    """`coded(WRITE)` for a journal call that writes, which also marks its transaction
-    unfinished when the call fails after it wrote a row: SQLite keeps
-    the statements before a failed one, so a unit of work must not commit it."""
+    """`coded(WRITE)` for a journal call that writes, which also tells its transaction
+    when the call failed (after writing a row, or at a statement): a unit of work must
+    not commit what is left of it."""
     guarded = coded(WRITE)(method)
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         repository, *_ = args  # the method's self
         assert isinstance(repository, RepositoryCore)
-        statements = repository._statements
-        before = 0 if statements is None else statements.writes
+        transaction = repository.transaction
+        before = transaction.writes
         try:
             return guarded(*args, **kwargs)
-        except BaseException:
-            statements = repository._statements
-            if statements is not None and statements.writes != before:
-                repository.left_unfinished = True
+        except BaseException as error:
+            transaction.note_failure(error, wrote=transaction.writes != before)
             raise
 
     return wrapper
 
 
 class RepositoryCore:
-    """What every journal call of `RunRepository` stands on: its session or connection,
-    the clock, the locks, and reading, replaying and appending to one run's chain."""
+    """What every journal call of `RunRepository` stands on: its transaction, the clock,
+    the locks, and reading, replaying and appending to one run's chain."""
 
     def __init__(
         self,
-        session: Session,
+        session: Session | JournalTransaction,
         *,
         root_hash: str | None = None,
         clock: Clock | None = None,
         schema: str | None = None,
     ) -> None:
-        """`schema`: the PostgreSQL schema holding cadence-store's tables (the session's
+        """`session`: a host's `Session`, which the host commits (a `UnitOfWork` and
+        `RunStore` pass the `JournalTransaction` they own, with the values they checked).
+
+        `schema`: the PostgreSQL schema holding cadence-store's tables (the session's
         other statements, a host's own tables, are left as they are)."""
-        self._setup(session, None, None, root_hash, clock, schema)
-
-    @classmethod
-    def on_connection(
-        cls,
-        connection: Connection,
-        session_factory: Callable[[], Session],
-        *,
-        root_hash: str | None = None,
-        clock: Clock | None = None,
-        schema: str | None = None,
-    ) -> Self:
-        """A repository on a connection whose transaction its owner (a unit of work)
-        manages; the `Session` is made only if someone asks for `.session`."""
-        repository = cls.__new__(cls)
-        repository._setup(None, session_factory, connection, root_hash, clock, schema)
-        return repository
-
-    @classmethod
-    def on_statements(
-        cls,
-        statements: Statements,
-        *,
-        root_hash: str | None = None,
-        clock: Clock | None = None,
-        schema: str | None = None,
-    ) -> Self:
-        """A repository on a pooled DB-API connection's statements, in a transaction its
-        owner (`direct_write`) has begun and will end, on a store already checked ready,
-        with arguments that store checked. It has no `Session`: it serves calls that run
-        no host code."""
-        repository = cls.__new__(cls)
-        repository._setup(None, None, None, root_hash, clock, schema, checked=True)
-        repository._statements = statements
-        repository._dialect_name = statements.dialect_name
-        repository._ready = True
-        return repository
-
-    def _setup(
-        self,
-        session: Session | None,
-        session_factory: Callable[[], Session] | None,
-        connection: Connection | None,
-        root_hash: str | None,
-        clock: Clock | None,
-        schema: str | None,
-        *,
-        checked: bool = False,
-    ) -> None:
-        """`checked`: the owner has validated `root_hash`, `clock` and `schema` already."""
-        self._session = session
-        self._session_factory = session_factory
-        self._own_connection = connection
-        if not checked:
+        if isinstance(session, JournalTransaction):
+            transaction = session
+            schema = transaction.schema
+        else:
             root_hash = None if root_hash is None else require_root_hash(root_hash)
             require_clock(clock)
             schema = require_schema_name(schema)
+            transaction = JournalTransaction.on_session(session, schema)
+        self.transaction = transaction
         self.root_hash = root_hash
         self._clock: Clock = system_clock if clock is None else clock
         self._explicit_clock = clock is not None
         self.schema = schema
-        self._ready = False
-        self._statements: Statements | None = None  # a DB-API connection's (direct writes)
-        self._dialect_name: str | None = None
-        # The run rows this transaction has locked, as it left them. Only a repository
-        # that lives and dies with one transaction (on a unit of work's connection, or
-        # RunStore's direct writes) keeps them: a host's session outlives its transactions.
-        self._locked_heads: dict[str, RunHead] | None = None if session is not None else {}
-        # a call failed after some of its writes (see `journal_write`): never commit this
-        self.left_unfinished = False
 
     @property
     def session(self) -> Session:
-        if self._session is None:
-            if self._session_factory is None:
-                raise StoreUnavailableError(
-                    "unit-of-work-not-active", "this repository serves no host session"
-                )
-            self._session = self._session_factory()
-        return self._session
+        """The session of this repository's transaction (for host rows)."""
+        return self.transaction.session
 
     # -- connections and locks -------------------------------------------------------
 
-    def _connection(self) -> Connection:
-        connection = (
-            self._own_connection if self._own_connection is not None else self.session.connection()
-        )
-        if not self._ready:
-            # once per engine: a store not at head, or drifted from the models, is refused
-            assert_store_ready(connection, self.schema)
-            self._ready = True
-        return connection
-
     def _write_statements(self) -> Statements:
-        """Statements on the session's connection, in a transaction fit for writing.
-
-        On SQLite a transaction that has not touched the database yet is begun IMMEDIATE
-        here (unless the engine already does so), so that a concurrent writer waits
-        instead of failing the read-then-write halfway.
-        """
-        if self._statements is not None:
-            return self._statements
-        connection = self._connection()
-        if is_sqlite(connection) and not begins_immediate(connection.engine):
-            raw = connection.connection.dbapi_connection
-            if raw is not None and not driver_in_transaction(raw):
-                begin_immediate(connection)
-        statements = Statements(connection, self.schema)
-        if self._own_connection is not None:
-            # a unit of work's connection and transaction are this repository's for life
-            self._statements = statements
-        return statements
+        """Statements in a transaction fit for writing (see `JournalTransaction`)."""
+        return self.transaction.statements(write=True)
 
     def _read_statements(self) -> Statements:
-        if self._statements is not None:
-            return self._statements
-        return Statements(self._connection(), self.schema)
+        return self.transaction.statements(write=False)
 
     def _on_postgresql(self) -> bool:
-        if self._dialect_name is None:
-            self._dialect_name = self._connection().dialect.name
-        return self._dialect_name == "postgresql"
+        return self.transaction.profile.name == "postgresql"
 
     def _now(self) -> int:
         now = self._clock()
@@ -310,17 +193,23 @@ class RepositoryCore:
                 sql.one("advisory_lock", key=_advisory_key(key))
 
     def _head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead | None:
-        locked = self._locked_heads
-        if lock and locked is not None:
-            cached = locked.get(run_id)
-            if cached is not None:
-                return cached
+        transaction = self.transaction
+        if lock:
+            kept = transaction.kept_head(run_id)
+            if kept is not None:
+                return kept
         row = sql.row("head_for_update" if lock else "head", HeadRow, run_id=run_id)
         if row is None:
             return None
+        if row.run_id != run_id:
+            # a row of another run answered (a connection shared across a fork, say):
+            # computing the next event from it would write into the wrong chain
+            raise JournalIntegrityError(
+                "run-projection-integrity-mismatch", run_id=run_id, sequence=row.sequence
+            )
         head = RunHead(*row)
-        if lock and locked is not None:
-            locked[run_id] = head
+        if lock:
+            transaction.keep_head(head)
         return head
 
     def _require_head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead:
@@ -433,18 +322,20 @@ class RepositoryCore:
 
     def _remember(self, event: _NextEvent) -> None:
         """Keep the run's new head for the rest of this transaction (which holds its lock)."""
-        if self._locked_heads is not None:
+        transaction = self.transaction
+        if transaction.keeps_heads:
             head = event.head
-            self._locked_heads[head.run_id] = RunHead(
-                head.run_id,
-                head.root_hash,
-                head.stage,
-                event.projection_json,
-                head.sequence + 1,
-                event.event_hash,
-                event.document,
+            transaction.keep_head(
+                RunHead(
+                    head.run_id,
+                    head.root_hash,
+                    head.stage,
+                    event.projection_json,
+                    head.sequence + 1,
+                    event.event_hash,
+                    event.document,
+                )
             )
 
     def _forget_head(self, run_id: str) -> None:
-        if self._locked_heads is not None:
-            self._locked_heads.pop(run_id, None)
+        self.transaction.forget_head(run_id)

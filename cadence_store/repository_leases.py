@@ -25,7 +25,8 @@ from .journal.validation import (
     require_run_id,
     require_ttl,
 )
-from .journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING
+from .journal.views import lease_standing
+from .journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING, LeaseStanding
 from .repository_core import (
     LEASE,
     ExpiryNeeded,
@@ -35,6 +36,12 @@ from .repository_core import (
 )
 from .sql import Statements
 from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
+
+
+def standing(row: OperationRow | TimedOperationRow, now: int) -> LeaseStanding:
+    """The lease standing of an operation row at lease time `now` (`lease_standing`, the
+    one rule every lease call and the read side judge by)."""
+    return lease_standing(row.state, bool(row.lease_token), row.lease_expires_at, now)
 
 
 def new_lease_token() -> str:
@@ -55,11 +62,9 @@ class LeaseRules(RepositoryCore):
         if (
             row is None
             or now is None
-            or row.state != RUNNING
+            or standing(row, now) is not LeaseStanding.LIVE
             or row.lease_token != lease.token
             or lease.fence not in (0, row.lease_fence or 0)  # 0: cadence 1.x shape
-            or row.lease_expires_at is None
-            or row.lease_expires_at < now
         ):
             raise LeaseFencedError("lease-fenced")
         return row, now
@@ -99,38 +104,20 @@ class LeaseRules(RepositoryCore):
         if existing is not None and existing.kind != LEASE:
             # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
             raise OperationConflictError("operation-id-conflict")
-        if (
-            lease_token is not None
-            and existing is not None
-            and existing.state == RUNNING
-            and existing.lease_token == lease_token
-            and existing.lease_expires_at is not None
-            and existing.lease_expires_at >= now
-        ):
-            return OperationLease(
-                run_id=run_id,
-                operation_id=operation_id,
-                token=lease_token,
-                expires_at=existing.lease_expires_at,
-                fence=existing.lease_fence or 0,
-            )
-        if (
-            existing is not None
-            and existing.state == RUNNING
-            and existing.lease_token
-            and existing.lease_expires_at is not None
-            and existing.lease_expires_at >= now
-            and not preempt
-        ):
-            if exclusive:
-                raise OperationConflictError("operation-already-running")
-            return OperationLease(
-                run_id=run_id,
-                operation_id=operation_id,
-                token=existing.lease_token,
-                expires_at=existing.lease_expires_at,
-                fence=existing.lease_fence or 0,
-            )
+        if existing is not None and standing(existing, now) is LeaseStanding.LIVE:
+            assert existing.lease_token is not None and existing.lease_expires_at is not None
+            # the grant an earlier attempt of this call took, or a live lease kept
+            same_grant = lease_token is not None and existing.lease_token == lease_token
+            if same_grant or not preempt:
+                if exclusive and not same_grant:
+                    raise OperationConflictError("operation-already-running")
+                return OperationLease(
+                    run_id=run_id,
+                    operation_id=operation_id,
+                    token=existing.lease_token,
+                    expires_at=existing.lease_expires_at,
+                    fence=existing.lease_fence or 0,
+                )
         # A new grant: the next fence of this operation (the row keeps the last one through
         # commit, interrupt and expiry, and export/import/copy carry it).
         fence = 1 if existing is None else (existing.lease_fence or 0) + 1
@@ -244,7 +231,7 @@ class LeaseRules(RepositoryCore):
         row, now = self._timed_operation(sql, run_id, operation_id, lock=False)
         if row is None or now is None:
             return None
-        if row.state == RUNNING and row.lease_expires_at is not None and row.lease_expires_at < now:
+        if standing(row, now) is LeaseStanding.EXPIRED:
             if not expire:
                 raise ExpiryNeeded()
             sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)

@@ -343,6 +343,30 @@ def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStat
     return CompiledStatement(compiled.string, positions, constants, _picker(positions))
 
 
+class _ObservedCursor:
+    """The cursor API the statements use, run through the `Connection` (its cursor
+    events fire) instead of on the DB-API cursor."""
+
+    __slots__ = ("_connection", "_result")
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._result: Any = None
+
+    def execute(self, text: str, arguments: Any = None) -> None:
+        self._result = self._connection.exec_driver_sql(text, arguments)
+
+    def fetchone(self) -> Any:
+        return self._result.fetchone()
+
+    def fetchall(self) -> Any:
+        return self._result.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._result.rowcount)
+
+
 class Statements:
     """Executes the named statements on one SQLAlchemy connection's DB-API cursor."""
 
@@ -354,6 +378,10 @@ class Statements:
         raw = connection.connection.dbapi_connection
         assert raw is not None
         self._bind(connection.dialect, raw, schema)
+        dispatch = connection.engine.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            # a host listens to the engine's statements: let it see the store's too
+            self._cursor = _ObservedCursor(connection)
 
     @classmethod
     def on_dbapi(cls, dialect: Dialect, raw: Any, schema: str | None = None) -> Statements:

@@ -3,29 +3,31 @@
 Mirrors every method of cadence 1.x's `RunStore`. It never runs DDL: a database that is
 not at the head revision is refused with `SchemaOutOfDateError`, which names the upgrade
 command (`RunStore.open`, the embedded owner-private store, upgrades its own file as
-cadence 1.x did). On PostgreSQL a serialization failure or deadlock re-runs the whole
-transaction (bounded, with jitter) before it surfaces as `run-store-busy`, and a call
-whose connection was lost (a failover) is re-run as a whole with the same operation id
-until a primary answers or `failover_timeout_s` passes (`failover.py`). Reads go to
-`read_bind` (a standby) when one is given; writes and units of work to the primary.
+cadence 1.x did). Each call is described once in `calls.py` and run by `runner.py`: on
+PostgreSQL a serialization failure or deadlock re-runs the whole transaction (bounded,
+with jitter) before it surfaces as `run-store-busy`, and a call whose connection was lost
+(a failover) is re-run as a whole with the same operation id until a primary answers or
+`failover_timeout_s` passes (`failover.py`). Reads go to `read_bind` (a standby) when one
+is given; writes and units of work to the primary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
-from .direct_write import DirectWrites, fits_direct_writes
+from . import calls
+from .direct_write import lends_freely
 from .engine import (
     create_store_engine,
     enable_wal,
     is_sqlite,
-    masked_url,
     missing_sqlite_file,
 )
 from .errors import (
@@ -33,24 +35,15 @@ from .errors import (
     SchemaOutOfDateError,
     StoreFormatError,
 )
-from .failover import DEFAULT_FAILOVER_TIMEOUT_S, Failover, require_failover_timeout
-from .failures import READ, database_errors, is_database_error
-from .journal import OperationLease, RunProjection
-from .journal.validation import (
-    require_callable,
-    require_clock,
-    require_operation_id,
-    require_root_hash,
-)
+from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from .failures import READ, database_errors
+from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from .journal.validation import require_clock, require_root_hash
 from .journal.values import ApprovalProof, BindDelivery
+from .journal.views import RunDetail, StoreCounts
 from .legacy import CADENCE_TABLE_NAMES
-from .repository import (
-    DELIVERY_BOUND,
-    TRANSITIONED,
-    Clock,
-    RunRepository,
-    check_delivery,
-)
+from .repository import Clock, ExpiryNeeded, RunRepository
+from .runner import Runner
 from .schema import (
     VERSION_TABLE,
     require_schema_name,
@@ -65,15 +58,12 @@ from .state_root import (
     prepare_state_root,
     secure_database_files,
 )
-from .store_leases import StoreLeases
-from .store_reads import StoreReads
-from .store_transactions import StoreTransactions
+from .unit_of_work import UnitOfWork
 
-T = TypeVar("T")
 Write = Callable[[Session], object]
 
 
-class RunStore(StoreTransactions, StoreLeases, StoreReads):
+class RunStore:
     """The run journal on one database (a URL, or a host's `Engine`)."""
 
     def __init__(
@@ -99,9 +89,10 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         # checked before any engine exists: a bad value leaves nothing to dispose
         require_failover_timeout(failover_timeout_s)
         self.schema = require_schema_name(schema)
-        self._owns_read_engine = False
-        self._read_engine: Engine | None = None
+        self._closed = False
+        self.state_root: StateRoot | None = None
         self._owns_engine = not isinstance(bind, Engine)
+        self._owns_read_engine = read_bind is not None and not isinstance(read_bind, Engine)
         self._base_engine = (
             bind if isinstance(bind, Engine) else create_store_engine(bind, **engine_options)
         )
@@ -112,57 +103,51 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         self.engine: Engine = (
             self._base_engine.execution_options(**options) if options else self._base_engine
         )
-        self._closed = False
-        self.state_root: StateRoot | None = None
-        # calls that run no host code skip the Connection/Session wrapping (direct_write)
-        self._direct = (
-            DirectWrites(
-                self._base_engine,
-                root_hash=self.root_hash,
-                clock=self._clock,
-                schema=self.schema,
-                keep_one=self._owns_engine,  # a host's pool lends all its connections
-            )
-            if fits_direct_writes(self._base_engine)
-            else None
-        )
-        if self.schema is not None and is_sqlite(self.engine):
-            self._dispose()
-            raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
-        self._failover = Failover(
-            failover_timeout_s,
-            database=masked_url(self.engine.url),
-            forget_connections=self._forget_connections,
-        )
-        missing = missing_sqlite_file(self.engine)
-        if missing is not None:
-            self._dispose()
-            # connecting would create an empty file; there is no store to use here
-            raise SchemaOutOfDateError(
-                f"{missing} does not exist; run: {upgrade_command(self.engine.url)}",
-                command=upgrade_command(self.engine.url),
-            )
+        self._read_engine: Engine | None = None
+        self._runner: Runner | None = None
         try:
+            if self.schema is not None and is_sqlite(self.engine):
+                raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
+            missing = missing_sqlite_file(self.engine)
+            if missing is not None:
+                # connecting would create an empty file; there is no store to use here
+                command = upgrade_command(self.engine.url)
+                raise SchemaOutOfDateError(
+                    f"{missing} does not exist; run: {command}", command=command
+                )
             with database_errors(READ), self.engine.connect() as connection:
                 assert_store_ready(connection, self.schema)
                 connection.rollback()
                 if self._owns_engine and is_sqlite(connection):
                     enable_wal(connection)
-        except BaseException:
-            self._dispose()
-            raise
-        if read_bind is not None:
-            self._owns_read_engine = not isinstance(read_bind, Engine)
-            try:
+            if read_bind is not None:
                 base = (
                     read_bind
                     if isinstance(read_bind, Engine)
                     else create_store_engine(read_bind, **engine_options)
                 )
-            except BaseException:
-                self._dispose()
-                raise
-            self._read_engine = base.execution_options(**options) if options else base
+                self._read_engine = base.execution_options(**options) if options else base
+        except BaseException:
+            self._dispose()
+            raise
+        self._runner = Runner(
+            self._base_engine,
+            self.engine,
+            root_hash=self.root_hash,
+            clock=self._clock,
+            schema=self.schema,
+            failover_timeout_s=failover_timeout_s,
+            read_engine=self._read_engine,
+            # a host's pool lends all its connections; ours may keep one between calls
+            keep_connection=self._owns_engine
+            and lends_freely(self._base_engine.pool, engine_options),
+        )
+
+    @property
+    def runner(self) -> Runner:
+        """How this store's calls become transactions (`runner.py`)."""
+        assert self._runner is not None  # set at the end of __init__
+        return self._runner
 
     @classmethod
     def open(cls, root: StateRoot, *, clock: Clock | None = None) -> RunStore:
@@ -212,33 +197,20 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _dispose(self) -> None:
-        self._lend_kept_connection()
+        if self._runner is not None:
+            self._runner.close()
         if self._owns_engine:
             self._base_engine.dispose()
         if self._owns_read_engine and self._read_engine is not None:
             self._read_engine.dispose()
-
-    def _forget_connections(self) -> None:
-        """Drop idle pooled connections: they may point at a primary that is gone."""
-        if self._direct is not None:
-            self._direct.release(discard=True)
-        self._base_engine.pool.dispose()
-        if self._read_engine is not None:
-            self._read_engine.pool.dispose()
 
     def close(self) -> None:
         """Release the store's connections (a host's engine is left to the host)."""
         if self._closed:
             return
         self._closed = True
-        if self._owns_engine and is_sqlite(self.engine):
-            try:
-                with self.engine.connect() as connection:
-                    connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            except Exception as error:
-                if not is_database_error(error):
-                    raise
-                # checkpointing is housekeeping; the data is already durable
+        if self._owns_engine:
+            self.runner.checkpoint()
         self._dispose()
         if self.state_root is not None:
             secure_database_files(self.state_root.database_path)
@@ -254,6 +226,20 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
     ) -> None:
         self.close()
 
+    # -- transactions ----------------------------------------------------------------------
+
+    def unit_of_work(self) -> UnitOfWork:
+        """One write transaction on the primary: `with store.unit_of_work() as uow: ...`.
+
+        It is the caller's: a lost connection is not re-run (the block may have effects
+        outside the database); re-run the whole block with the same operation ids."""
+        return self.runner.unit_of_work()
+
+    def snapshot(self) -> AbstractContextManager[RunRepository]:
+        """Several reads in one snapshot: `with store.snapshot() as runs: ...` (on
+        `read_bind` when given; `runs` must not write)."""
+        return self.runner.reading()
+
     # -- runs and their journal ------------------------------------------------------------
 
     def start_run(
@@ -265,21 +251,15 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
-        aliases = None if provisional_aliases is None else provisional_aliases
-        if aliases is not None and not isinstance(aliases, str | bytes | Mapping):
-            aliases = list(aliases) if isinstance(aliases, Iterable) else aliases
-        return self._write(
-            lambda runs: runs.start_run(
-                stage,
-                operation_id=operation_id,
-                change=change,
-                provisional_key=provisional_key,
-                provisional_aliases=aliases,
-            )
-        )
+        """Start a run of `stage` (or return the run its keys already name)."""
+        call = calls.start_run(stage, operation_id, change, provisional_key, provisional_aliases)
+        return self.runner.write(call.work, call.rerun)
 
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
-        return self._write(lambda runs: runs.bind_change(run_id, change, operation_id=operation_id))
+        """Bind a change name to a run started without one."""
+        return self.runner.write(
+            lambda runs: runs.bind_change(run_id, change, operation_id=operation_id)
+        )
 
     def bind_delivery(
         self,
@@ -292,18 +272,11 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        def work(runs: RunRepository) -> RunProjection:
-            return runs.bind_delivery(
-                run_id,
-                gate,
-                revision,
-                receipt_hash,
-                operation_id=operation_id,
-                approval_proof=approval_proof,
-                lease=lease,
-            )
-
-        return self._write(work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work))
+        """Record the gate receipt a run was admitted under."""
+        call = calls.bind_delivery(
+            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+        )
+        return self.runner.write(call.work, call.rerun)
 
     def bind_delivery_atomically(
         self,
@@ -322,20 +295,11 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         `write` runs only when the call appends the event: a replayed operation id, or a
         binding already stored with this receipt, returns the projection without it.
         """
-        request = check_delivery(
-            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+        host = calls.bind_delivery_atomically(
+            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease, write
         )
-        require_callable(write, "delivery-binding-write-invalid")
-
-        def work(runs: RunRepository) -> RunProjection:
-            projection, appended = runs.bind_deliveries_once([request])
-            if appended:
-                write(runs.session)
-            return projection
-
-        return self._write(
-            work, _replay_first(run_id, operation_id, DELIVERY_BOUND, work), host_code=True
-        )
+        call = host.with_write(write)
+        return self.runner.write(call.work, call.rerun, host_code=True)
 
     def bind_deliveries_atomically(
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: Write
@@ -345,33 +309,8 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         `write` runs once when at least one input appends an event, not at all when every
         input replays.
         """
-        items = (
-            list(inputs)
-            if isinstance(inputs, Iterable) and not isinstance(inputs, str | bytes | Mapping)
-            else inputs
-        )
-
-        def work(runs: RunRepository) -> RunProjection:
-            requests = runs.check_deliveries(items)
-            require_callable(write, "delivery-binding-write-invalid")
-            projection, appended = runs.bind_deliveries_once(requests)
-            if appended:
-                write(runs.session)
-            return projection
-
-        def rerun(runs: RunRepository) -> RunProjection:
-            # the first attempt committed all of them, or none
-            requests = runs.check_deliveries(items)
-            require_callable(write, "delivery-binding-write-invalid")
-            recorded = [
-                runs.recorded_outcome(r.run_id, r.operation_id, DELIVERY_BOUND) for r in requests
-            ]
-            last = recorded[-1]
-            if last is not None and None not in recorded:
-                return last
-            return work(runs)
-
-        return self._write(work, rerun, host_code=True)
+        call = calls.bind_deliveries_atomically(inputs, write).with_write(write)
+        return self.runner.write(call.work, call.rerun, host_code=True)
 
     def transition(
         self,
@@ -382,10 +321,9 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        def work(runs: RunRepository) -> RunProjection:
-            return runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
-
-        return self._write(work, _replay_first(run_id, operation_id, TRANSITIONED, work))
+        """Move a run to state `to` (one event); `code`: the pause code of a pause."""
+        call = calls.transition(run_id, to, operation_id, code, lease)
+        return self.runner.write(call.work, call.rerun)
 
     def transition_atomically(
         self,
@@ -402,30 +340,115 @@ class RunStore(StoreTransactions, StoreLeases, StoreReads):
         A replayed operation id returns its recorded projection without calling `write`
         (as cadence 1.x did).
         """
-        require_operation_id(operation_id)
-        require_callable(write, "state-transition-write-invalid")
+        host = calls.transition_atomically(run_id, to, operation_id, code, lease, write)
+        call = host.with_write(write)
+        return self.runner.write(call.work, call.rerun, host_code=True)
 
-        def work(runs: RunRepository) -> RunProjection:
-            projection, appended = runs.transition_once(
-                run_id, to, operation_id=operation_id, code=code, lease=lease
+    # -- leases ------------------------------------------------------------------------------
+
+    def acquire_lease(
+        self,
+        run_id: str,
+        operation_id: str,
+        ttl_ms: int,
+        *,
+        preempt: bool = False,
+        exclusive: bool = False,
+    ) -> OperationLease:
+        """Grant a lease on `operation_id` for `ttl_ms` milliseconds (with a new fence)."""
+        call = calls.acquire_lease(run_id, operation_id, ttl_ms, preempt, exclusive)
+        return self.runner.write(call.work, call.rerun)
+
+    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
+        """Extend a live lease to `ttl_ms` from now (same token and fence)."""
+        return self.runner.write(lambda runs: runs.renew_lease(lease, ttl_ms))
+
+    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """Raise `lease-fenced` unless `lease` is the live lease of its operation."""
+        self.runner.write(lambda runs: runs.assert_lease(lease))
+
+    def commit_lease(
+        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Finish a live lease with its recorded `outcome` (returned as stored)."""
+        call = calls.commit_lease(lease, outcome)
+        return self.runner.write(call.work, call.rerun)
+
+    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """Give a live lease up; the operation may be acquired again."""
+        call = calls.interrupt_lease(lease)
+        self.runner.write(call.work, call.rerun)
+
+    def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
+        """The state of an operation (None if unknown); an expired lease is marked
+        interrupted first (on the primary)."""
+        if self._read_engine is not None:
+            try:
+                return self.runner.read(
+                    lambda runs: runs.inspect_operation(run_id, operation_id, expire=False)
+                )
+            except ExpiryNeeded:
+                pass  # an expired lease is marked interrupted: that is a write
+        return self.runner.write(lambda runs: runs.inspect_operation(run_id, operation_id))
+
+    def recover_expired_leases(self) -> int:
+        """Mark every expired lease interrupted; returns how many."""
+        return self.runner.write(lambda runs: runs.recover_expired_leases())
+
+    # -- reading (one snapshot each) ---------------------------------------------------------
+
+    def status(self, run_id: str) -> RunProjection:
+        """The run's stored projection."""
+        return self.runner.read(lambda runs: runs.status(run_id))
+
+    def list_events(self, run_id: str) -> list[RunEvent]:
+        """The run's events in sequence order."""
+        return self.runner.read(lambda runs: runs.list_events(run_id))
+
+    def iter_events(self, run_id: str) -> Iterator[RunEvent]:
+        """The run's events, streamed in batches from one snapshot."""
+        with self.runner.reading() as runs:
+            yield from runs.iter_events(run_id)
+
+    def rebuild_projection(self, run_id: str) -> RunProjection:
+        """The run's projection replayed from its events (the stored one is not used)."""
+        return self.runner.read(lambda runs: runs.rebuild_projection(run_id))
+
+    def verify_integrity(self, run_id: str) -> RunProjection:
+        """Check the run's whole chain, receipts and projection; raises on damage."""
+        return self.runner.read(lambda runs: runs.verify_integrity(run_id))
+
+    def run_ids(self) -> list[str]:
+        """Every run id, in order."""
+        return self.runner.read(lambda runs: runs.run_ids())
+
+    def list_runs(
+        self,
+        *,
+        stage: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        change: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        root_hash: str | None = None,
+    ) -> list[RunProjection]:
+        """Stored projections of the matching runs in run id order (see
+        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`."""
+        return self.runner.read(
+            lambda runs: runs.list_runs(
+                stage=stage,
+                state=state,
+                change=change,
+                limit=limit,
+                after=after,
+                root_hash=root_hash,
             )
-            if appended:
-                write(runs.session)
-            return projection
-
-        return self._write(
-            work, _replay_first(run_id, operation_id, TRANSITIONED, work), host_code=True
         )
 
+    def run_detail(self, run_id: str) -> RunDetail:
+        """Projection, delivery binding rows, operations and state timeline of one run."""
+        return self.runner.read(lambda runs: runs.run_detail(run_id))
 
-def _replay_first(
-    run_id: str, operation_id: str, kind: str, work: Callable[[RunRepository], RunProjection]
-) -> Callable[[RunRepository], RunProjection]:
-    """The re-run of a journal call after a lost connection: an operation id its first
-    attempt committed is replayed (no lease check, no `write=` callback), else `work`."""
-
-    def rerun(runs: RunRepository) -> RunProjection:
-        recorded = runs.recorded_outcome(run_id, operation_id, kind)
-        return work(runs) if recorded is None else recorded
-
-    return rerun
+    def counts(self) -> StoreCounts:
+        """Rows of runs, events, operations and bindings, and runs per state."""
+        return self.runner.read(lambda runs: runs.counts())

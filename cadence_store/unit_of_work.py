@@ -5,10 +5,16 @@ concurrent writers queue instead of failing halfway; row locks on PostgreSQL are
 the repository). `uow.session` is an ordinary SQLAlchemy `Session` on that transaction:
 host rows added to it commit atomically with the journal rows. Leaving the block without
 an exception commits; an exception — or a failing commit — rolls everything back.
+
+A transaction that can no longer keep what it acknowledged (a statement failed on
+PostgreSQL, SQLite rolled it back by itself, a journal call failed halfway; see
+`transaction.py`) is never committed: leaving the block raises `TransactionAbortedError`
+and nothing of it is kept, even when the block caught the first error and went on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -18,9 +24,73 @@ from sqlalchemy.orm import Session
 from .engine import begin_write
 from .errors import StoreUnavailableError
 from .failures import WRITE, database_errors, is_database_error, translate_database_error
+from .journal.validation import require_clock, require_root_hash
 from .repository import Clock, RunRepository
 from .schema import require_schema_name
 from .shape import assert_store_ready
+from .transaction import JournalTransaction
+
+
+def host_session(connection: Connection) -> Session:
+    """The `Session` for a unit of work's host rows: only the unit of work commits, so a
+    session commit() just flushes."""
+    return Session(bind=connection, join_transaction_mode="rollback_only", expire_on_commit=False)
+
+
+def open_write_transaction(
+    connection: Connection,
+    schema: str | None,
+    session_factory: Callable[[Connection], Session] = host_session,
+) -> JournalTransaction:
+    """Begin a write transaction on `connection` (IMMEDIATE on SQLite), refuse a store
+    not at head or drifted (once per engine), and hand it to a `JournalTransaction`."""
+    with database_errors(WRITE):
+        begin_write(connection)
+        assert_store_ready(connection, schema)
+    return JournalTransaction.on_connection(connection, schema, session_factory)
+
+
+def finish(transaction: JournalTransaction, connection: Connection, *, commit: bool) -> None:
+    """Commit (after checking the transaction can keep what it did) or roll back."""
+    session = transaction.made_session
+    try:
+        if commit:
+            transaction.assert_open()
+            with database_errors(WRITE):
+                if session is not None:
+                    session.flush()
+            transaction.assert_open()
+            with database_errors(WRITE):
+                connection.commit()
+            return
+    except BaseException:
+        rollback_quietly(session, connection)
+        raise
+    rollback_quietly(session, connection)
+
+
+def rollback_quietly(session: Session | None, connection: Connection) -> None:
+    # The failure that got us here stays authoritative.
+    try:
+        if session is not None:
+            session.rollback()
+    except Exception:
+        pass
+    try:
+        connection.rollback()
+    except Exception:
+        pass
+
+
+def release(transaction: JournalTransaction, connection: Connection) -> None:
+    """Close the session and the connection (after `finish`)."""
+    transaction.close()
+    session = transaction.made_session
+    try:
+        if session is not None:
+            session.close()
+    finally:
+        connection.close()
 
 
 class UnitOfWork:
@@ -35,24 +105,19 @@ class UnitOfWork:
         """`schema`: the PostgreSQL schema of cadence-store's tables; the session's own
         statements (a host's rows) are not redirected there."""
         self._engine = engine
-        self._root_hash = root_hash
-        self._clock = clock
+        self._root_hash = None if root_hash is None else require_root_hash(root_hash)
+        self._clock = require_clock(clock)
         self._schema = require_schema_name(schema)
         self._connection: Connection | None = None
-        self._session: Session | None = None
+        self._transaction: JournalTransaction | None = None
         self._runs: RunRepository | None = None
 
     @property
     def session(self) -> Session:
         """A `Session` joined to this transaction (made on first use)."""
-        if self._connection is None:
+        if self._transaction is None:
             raise StoreUnavailableError("unit-of-work-not-active")
-        if self._session is None:
-            # only this object commits; a session commit() just flushes
-            self._session = Session(
-                bind=self._connection, join_transaction_mode="rollback_only", expire_on_commit=False
-            )
-        return self._session
+        return self._transaction.session
 
     @property
     def runs(self) -> RunRepository:
@@ -66,22 +131,14 @@ class UnitOfWork:
         with database_errors(WRITE):
             connection = self._engine.connect()
         try:
-            with database_errors(WRITE):
-                begin_write(connection)
-                # once per engine: a store not at head, or drifted, is refused before use
-                assert_store_ready(connection, self._schema)
+            transaction = open_write_transaction(connection, self._schema)
         except BaseException:
-            _rollback_quietly(None, connection)
+            rollback_quietly(None, connection)
             connection.close()
             raise
         self._connection = connection
-        self._runs = RunRepository.on_connection(
-            connection,
-            lambda: self.session,
-            root_hash=self._root_hash,
-            clock=self._clock,
-            schema=self._schema,
-        )
+        self._transaction = transaction
+        self._runs = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
         return self
 
     def __exit__(
@@ -90,50 +147,13 @@ class UnitOfWork:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        connection, session, runs = self._connection, self._session, self._runs
-        assert connection is not None and runs is not None
-        self._connection = self._session = self._runs = None
+        connection, transaction = self._connection, self._transaction
+        assert connection is not None and transaction is not None
+        self._connection = self._transaction = self._runs = None
         try:
-            if exc_type is None:
-                try:
-                    refuse_unfinished(runs)
-                    with database_errors(WRITE):
-                        if session is not None:
-                            session.flush()
-                        connection.commit()
-                except BaseException:
-                    _rollback_quietly(session, connection)
-                    raise
-            else:
-                _rollback_quietly(session, connection)
-                if exc is not None and is_database_error(exc):
-                    # a host's statement in the block failed: coded, like cadence-store's
-                    raise translate_database_error(exc, WRITE) from exc
+            finish(transaction, connection, commit=exc_type is None)
+            if exc is not None and is_database_error(exc):
+                # a host's statement in the block failed: coded, like cadence-store's
+                raise translate_database_error(exc, WRITE) from exc
         finally:
-            if session is not None:
-                session.close()
-            connection.close()
-
-
-def refuse_unfinished(runs: RunRepository) -> None:
-    """A journal call failed after some of its writes (and the block went on): committing
-    would keep half of it."""
-    if runs.left_unfinished:
-        raise StoreUnavailableError(
-            "run-store-write-failed",
-            "a journal call in this unit of work failed after writing part of its rows; "
-            "the unit of work was rolled back",
-        )
-
-
-def _rollback_quietly(session: Session | None, connection: Connection) -> None:
-    # The failure that got us here stays authoritative.
-    try:
-        if session is not None:
-            session.rollback()
-    except Exception:
-        pass
-    try:
-        connection.rollback()
-    except Exception:
-        pass
+            release(transaction, connection)

@@ -47,46 +47,30 @@ class AsyncRunRepository:
         clock: Clock | None = None,
         schema: str | None = None,
     ) -> None:
-        self._session: AsyncSession | None = session
-        self._session_factory: Callable[[], AsyncSession] | None = None
-        self._runner: AsyncSession | AsyncConnection = session
         self.sync = RunRepository(
             session.sync_session, root_hash=root_hash, clock=clock, schema=schema
         )
+        self._runner: AsyncSession | AsyncConnection = session
+        self._session_of: Callable[[], AsyncSession] = lambda: session
 
     @classmethod
-    def on_connection(
+    def over(
         cls,
+        sync: RunRepository,
         connection: AsyncConnection,
-        session_factory: Callable[[], AsyncSession],
-        *,
-        root_hash: str | None = None,
-        clock: Clock | None = None,
-        schema: str | None = None,
+        session_of: Callable[[], AsyncSession],
     ) -> AsyncRunRepository:
-        """A repository on a connection whose transaction its owner (a unit of work)
-        manages; the `AsyncSession` is made only if someone asks for `.session`."""
+        """The repository of an `AsyncUnitOfWork`: `sync` on the unit of work's
+        transaction, run on `connection`; `session_of()` gives its `AsyncSession`."""
         repository = cls.__new__(cls)
-        repository._session = None
-        repository._session_factory = session_factory
+        repository.sync = sync
         repository._runner = connection
-        sync_connection = connection.sync_connection
-        assert sync_connection is not None  # a started connection
-        repository.sync = RunRepository.on_connection(
-            sync_connection,
-            lambda: session_factory().sync_session,
-            root_hash=root_hash,
-            clock=clock,
-            schema=schema,
-        )
+        repository._session_of = session_of
         return repository
 
     @property
     def session(self) -> AsyncSession:
-        if self._session is None:
-            assert self._session_factory is not None
-            self._session = self._session_factory()
-        return self._session
+        return self._session_of()
 
     @property
     def root_hash(self) -> str | None:

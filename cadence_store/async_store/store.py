@@ -1,49 +1,46 @@
-"""`AsyncRunStore`: `RunStore` for asyncio applications, one coroutine per method."""
+"""`AsyncRunStore`: `RunStore` for asyncio applications, one coroutine per method.
+
+It is a proxy, not a second store: every call without host code is the same `RunStore`
+call (the same runner, retries, failover re-runs, `read_bind` and `schema=`), run
+
+- in a worker thread, on the sync driver of the same URL with the same engine options,
+  when the store was given a URL (measured, `python -m benchmarks.async_transition`: the
+  async drivers' round trips through the event loop cost 1.7-2.6x a sync call, a worker
+  thread about 1.2x); or
+- in SQLAlchemy's asyncio greenlet on the caller's own `AsyncEngine` (its pool, connect
+  arguments and listeners, as they are), like `AsyncSession` runs `Session`.
+
+Calls with host code (`unit_of_work()`, the `*_atomically` methods, whose `write` may be
+a coroutine function) run in an `AsyncUnitOfWork` on the async engine, from the call
+descriptions `RunStore` uses (`calls.py`), with the same retries and failover re-runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
-import random
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterable,
-    Iterator,
-    Mapping,
-)
-from contextlib import ExitStack
-from types import TracebackType
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from sqlalchemy import Connection
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session
 from sqlalchemy.util import greenlet_spawn
 
-from ..engine import enable_wal, is_sqlite, missing_sqlite_file, read_snapshot
+from .. import calls
+from ..engine import is_sqlite, missing_sqlite_file
 from ..errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
-from ..failures import READ, database_errors, is_database_error, is_retryable
+from ..failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
 from ..journal import OperationLease, RunEvent, RunProjection
-from ..journal.validation import (
-    require_callable,
-    require_clock,
-    require_operation_id,
-    require_root_hash,
-)
+from ..journal.validation import require_clock, require_root_hash
 from ..journal.values import ApprovalProof, BindDelivery
-from ..repository import EVENT_BATCH, Clock, RunRepository, check_delivery
+from ..repository import EVENT_BATCH, Clock
+from ..runner import busy_retry_delay
 from ..schema import require_schema_name, schema_options, upgrade_command
-from ..shape import assert_store_ready
+from ..state_root import StateRoot
 from ..store import RunStore
-from ..store_leases import lease_grant
-from ..store_transactions import MAX_ATTEMPTS
-from ..unit_of_work import UnitOfWork
-from .engine import create_async_store_engine, sync_twin_url
+from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork
 
 P = ParamSpec("P")
@@ -59,27 +56,14 @@ async def _completed(result: object) -> None:
         await result
 
 
-def _in_transaction(
-    method: Callable[Concatenate[RunRepository, P], R],
+def _proxy(
+    method: Callable[Concatenate[RunStore, P], R],
 ) -> Callable[Concatenate[AsyncRunStore, P], Coroutine[Any, Any, R]]:
-    """`RunStore.method`: the repository method in its own (retried) transaction."""
+    """`RunStore.method` as a coroutine method: the sync store's call, run off the loop."""
 
     async def call(self: AsyncRunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._write_repository(lambda runs: method(runs, *args, **kwargs))
-
-    call.__name__ = method.__name__
-    call.__qualname__ = f"AsyncRunStore.{method.__name__}"
-    call.__doc__ = method.__doc__
-    return call
-
-
-def _in_snapshot(
-    method: Callable[Concatenate[RunRepository, P], R],
-) -> Callable[Concatenate[AsyncRunStore, P], Coroutine[Any, Any, R]]:
-    """`RunStore.method`: the repository method in one read snapshot."""
-
-    async def call(self: AsyncRunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._read(lambda runs: method(runs, *args, **kwargs))
+        store = await self._ready_store()
+        return await self._off_the_loop(functools.partial(method, store, *args, **kwargs))
 
     call.__name__ = method.__name__
     call.__qualname__ = f"AsyncRunStore.{method.__name__}"
@@ -92,11 +76,11 @@ class AsyncRunStore:
     arguments, results and error codes.
 
     `bind` is a URL (`sqlite+aiosqlite:///…`, `postgresql+psycopg://…`; a plain `sqlite:` or
-    `postgresql:` URL gets the async driver) or a host's `AsyncEngine` (never altered).
-    `schema`: the PostgreSQL schema of cadence-store's tables (a host's rows in a unit of
-    work or a `write=` callback stay where they are). The schema check runs on first use
-    (or on `async with`): a database not at head raises `SchemaOutOfDateError` from that
-    call.
+    `postgresql:` URL gets the async driver) or a host's `AsyncEngine`, used as it is.
+    `engine_options` go to the engines the store makes (both drivers of a URL get the same
+    ones). `schema`, `failover_timeout_s` and `read_bind` are `RunStore`'s. The schema check
+    runs on first use (or on `async with`): a database not at head raises
+    `SchemaOutOfDateError` from that call.
     """
 
     def __init__(
@@ -106,211 +90,176 @@ class AsyncRunStore:
         root_hash: str | None = None,
         clock: Clock | None = None,
         schema: str | None = None,
+        failover_timeout_s: float = DEFAULT_FAILOVER_TIMEOUT_S,
+        read_bind: str | URL | AsyncEngine | None = None,
         **engine_options: Any,
     ) -> None:
         self.root_hash = None if root_hash is None else require_root_hash(root_hash)
         self._clock = require_clock(clock)
+        self._failover_timeout_s = require_failover_timeout(failover_timeout_s)
         self.schema = require_schema_name(schema)
-        self._owns_engine = not isinstance(bind, AsyncEngine)
-        self._base_engine = (
-            bind
-            if isinstance(bind, AsyncEngine)
-            else create_async_store_engine(bind, **engine_options)
-        )
+        self._owned: list[AsyncEngine] = []
+        self._base_engine = self._async_engine(bind, engine_options)
         options = schema_options(self.schema)
-        # For connections that touch only cadence-store's tables (reads): an option engine
-        # shares the pool, and the host's own engine is left as it was. Units of work run on
-        # the plain engine, so a host's rows in them stay where they belong (as RunStore).
         self.engine: AsyncEngine = (
             self._base_engine.execution_options(**options) if options else self._base_engine
         )
         self._closed = False
-        self._ready = False
-        self._ready_lock = asyncio.Lock()
-        # the sync store that serves calls without host callbacks, from a worker thread
-        self._worker: RunStore | None = None
-        if self.schema is not None and is_sqlite(self.engine.sync_engine):
-            # nothing connected yet: the engine holds no connection to release
-            raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
-        missing = missing_sqlite_file(self.engine.sync_engine)
-        if missing is not None:
-            # connecting would create an empty file; there is no store to use here
-            command = upgrade_command(self.engine.url)
-            raise SchemaOutOfDateError(f"{missing} does not exist; run: {command}", command=command)
+        self._store: RunStore | None = None
+        self._store_lock = asyncio.Lock()
+        self.state_root: StateRoot | None = None
+        # where RunStore's calls run: a thread on the sync driver of the same URL, or the
+        # asyncio greenlet on this async engine (a host's engine, an in-memory database)
+        twin = None if isinstance(bind, AsyncEngine) else sync_twin_url(self._base_engine.url)
+        if isinstance(read_bind, AsyncEngine):
+            twin = None  # its pool is the host's: reads must run on it
+        self._threaded = twin is not None
+        self._sync_bind: str | URL | Engine = (
+            self._base_engine.sync_engine if twin is None else twin
+        )
+        self._sync_options = engine_options if self._threaded else {}
+        self._sync_read_bind: str | URL | Engine | None = None
+        try:
+            if read_bind is not None:
+                self._sync_read_bind = (
+                    sync_twin_url(async_database_url(read_bind))
+                    if self._threaded and not isinstance(read_bind, AsyncEngine)
+                    else self._async_engine(read_bind, engine_options).sync_engine
+                )
+            if self.schema is not None and is_sqlite(self.engine.sync_engine):
+                raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
+            missing = missing_sqlite_file(self.engine.sync_engine)
+            if missing is not None:
+                # connecting would create an empty file; there is no store to use here
+                command = upgrade_command(self.engine.url)
+                raise SchemaOutOfDateError(
+                    f"{missing} does not exist; run: {command}", command=command
+                )
+        except BaseException:
+            for engine in self._owned:
+                engine.sync_engine.dispose()  # nothing connected yet: no I/O to await
+            raise
+
+    def _async_engine(self, bind: str | URL | AsyncEngine, options: dict[str, Any]) -> AsyncEngine:
+        if isinstance(bind, AsyncEngine):
+            return bind
+        engine = create_async_store_engine(bind, **options)
+        self._owned.append(engine)
+        return engine
+
+    @classmethod
+    async def open(cls, root: StateRoot, *, clock: Clock | None = None) -> AsyncRunStore:
+        """The owner-private embedded store of a state root, as `RunStore.open` opens it
+        (directories 0700, database 0600, upgraded, expired leases recovered)."""
+        store = await asyncio.to_thread(RunStore.open, root, clock=clock)
+        prepared = store.state_root
+        assert prepared is not None
+        async_store = cls(prepared.database_url, root_hash=store.root_hash, clock=clock)
+        async_store._store = store  # the store RunStore.open made is this one's
+        async_store.state_root = prepared
+        return async_store
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def _ensure_ready(self) -> None:
-        """The checks of `RunStore.__init__`, once, before the first transaction."""
-        self._assert_open()
-        if self._ready:
-            return
-        async with self._ready_lock:
-            if self._ready:
-                return
-            with database_errors(READ):
-                async with self.engine.connect() as connection:
-                    await connection.run_sync(self._check_store)
-            twin = sync_twin_url(self._base_engine.url)
-            if twin is not None:
-                self._worker = await asyncio.to_thread(
+    async def _ready_store(self) -> RunStore:
+        """The `RunStore` behind this one, made (and the database checked) on first use."""
+        if self._closed:
+            raise StoreUnavailableError("run-store-closed")
+        store = self._store
+        if store is not None:
+            return store
+        async with self._store_lock:
+            if self._store is None:
+                make = functools.partial(
                     RunStore,
-                    twin,
+                    self._sync_bind,
                     root_hash=self.root_hash,
                     clock=self._clock,
                     schema=self.schema,
-                    failover_timeout_s=0,  # as the rest of the async API: no re-runs
+                    failover_timeout_s=self._failover_timeout_s,
+                    read_bind=self._sync_read_bind,
+                    **self._sync_options,
                 )
-            self._ready = True
+                self._store = await self._off_the_loop(make)
+            return self._store
 
-    def _check_store(self, connection: Connection) -> None:
-        assert_store_ready(connection, self.schema)
-        connection.rollback()
-        if self._owns_engine and is_sqlite(connection):
-            enable_wal(connection)
+    async def _off_the_loop(self, call: Callable[[], T]) -> T:
+        if self._threaded:
+            return await asyncio.to_thread(call)
+        return await greenlet_spawn(call)
 
     async def aclose(self) -> None:
         """Release the store's connections (a host's engine is left to the host)."""
         if self._closed:
             return
         self._closed = True
-        if self._worker is not None:
-            await asyncio.to_thread(self._worker.close)
-        if self._owns_engine and self._ready and is_sqlite(self.engine.sync_engine):
-            try:
-                async with self.engine.connect() as connection:
-                    await connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            except Exception as error:
-                if not is_database_error(error):
-                    raise
-                # checkpointing is housekeeping; the data is already durable
-        if self._owns_engine:
-            await self._base_engine.dispose()
+        store, self._store = self._store, None
+        try:
+            if store is not None:
+                await self._off_the_loop(store.close)
+        finally:
+            for engine in self._owned:
+                await engine.dispose()
 
     async def __aenter__(self) -> Self:
         try:
-            await self._ensure_ready()
+            await self._ready_store()
         except BaseException:
             await self.aclose()
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
-
-    def _assert_open(self) -> None:
-        if self._closed:
-            raise StoreUnavailableError("run-store-closed")
 
     # -- transactions ------------------------------------------------------------------------
 
     def unit_of_work(self) -> AsyncUnitOfWork:
-        """One write transaction: `async with store.unit_of_work() as uow: await uow.runs....`."""
-        self._assert_open()
+        """One write transaction: `async with store.unit_of_work() as uow: await uow.runs....`.
+
+        It is the caller's: a lost connection is not re-run (see `RunStore.unit_of_work`)."""
+        if self._closed:
+            raise StoreUnavailableError("run-store-closed")
         return AsyncUnitOfWork(
             self._base_engine,
             root_hash=self.root_hash,
             clock=self._clock,
             schema=self.schema,
-            prepare=self._ensure_ready,
+            prepare=self._prepare_unit_of_work,
         )
 
-    async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
-        """Retry whole transactions that lost a race (PostgreSQL 40001/40P01), as RunStore."""
-        self._assert_open()
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                return await attempt_once()
-            except StoreBusyError as error:
-                cause = error.__cause__
-                if attempt == MAX_ATTEMPTS or not is_retryable(cause or error):
-                    raise
-                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
-        raise AssertionError("unreachable")
+    async def _prepare_unit_of_work(self) -> None:
+        store = await self._ready_store()
+        await self._off_the_loop(store.runner.release_kept)
 
-    async def _write(self, work: Callable[[AsyncUnitOfWork], Awaitable[T]]) -> T:
-        """Run `work` in its own async unit of work (for calls with host callbacks)."""
+    async def _host_call(self, host: calls.HostCall[T], write: AsyncWrite) -> T:
+        """A call with host code, in its own unit of work: retried whole after a lost race,
+        re-run after a lost connection (replaying what an earlier attempt committed)."""
+        store = await self._ready_store()
 
-        async def once() -> T:
-            async with self.unit_of_work() as uow:
-                return await work(uow)
+        async def attempt(again: bool) -> T:
+            tries = 0
+            while True:
+                tries += 1
+                try:
+                    async with self.unit_of_work() as uow:
+                        if again and (recorded := await uow.runs.run(host.recorded)) is not None:
+                            return recorded
+                        result, appended = await uow.runs.run(host.journal)
+                        if appended:
+                            await _completed(write(uow.session))
+                        return result
+                except StoreBusyError as error:
+                    await asyncio.sleep(busy_retry_delay(error, tries))
 
-        return await self._retrying(once)
-
-    async def _write_repository(self, work: Callable[[RunRepository], T]) -> T:
-        """A call without host callbacks: the sync store's own transaction (the same
-        repository, retries and error boundary) in a worker thread, on the sync driver of
-        the same database. Measured (`python -m benchmarks.async_transition`): the async
-        drivers' round trips through the event loop cost 1.7-2.6x a sync call; a worker
-        thread 1.2x. Without a sync twin of the URL, the sync `UnitOfWork` runs in one
-        greenlet on the async driver."""
-        await self._ensure_ready()
-        if self._worker is not None:
-            return await asyncio.to_thread(self._worker._write, work)
-        return await self._retrying(lambda: greenlet_spawn(self._unit_of_work_sync, work))
-
-    def _unit_of_work_sync(self, work: Callable[[RunRepository], T]) -> T:
-        engine = self._base_engine.sync_engine
-        with UnitOfWork(
-            engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
-        ) as uow:
-            return work(uow.runs)
-
-    def _reader(self, connection: Connection) -> RunRepository:
-        return RunRepository.on_connection(
-            connection,
-            lambda: Session(bind=connection),
-            root_hash=self.root_hash,
-            clock=self._clock,
-            schema=self.schema,
-        )
-
-    async def _read(self, work: Callable[[RunRepository], T]) -> T:
-        await self._ensure_ready()
-        if self._worker is not None:
-            return await asyncio.to_thread(self._worker._read, work)
-
-        def read(connection: Connection) -> T:
-            with read_snapshot(connection):
-                return work(self._reader(connection))
-
-        with database_errors(READ):
-            async with self.engine.connect() as connection:
-                return await connection.run_sync(read)
+        return await store.runner.failover.run_async(attempt)
 
     # -- runs and their journal ------------------------------------------------------------
 
-    async def start_run(
-        self,
-        stage: str,
-        *,
-        operation_id: str,
-        change: str | None = None,
-        provisional_key: str | None = None,
-        provisional_aliases: Iterable[str] | None = None,
-    ) -> RunProjection:
-        aliases = provisional_aliases
-        if aliases is not None and not isinstance(aliases, str | bytes | Mapping):
-            # a retried transaction must see the same aliases (an iterator is read once)
-            aliases = list(aliases) if isinstance(aliases, Iterable) else aliases
-        return await self._write_repository(
-            lambda runs: runs.start_run(
-                stage,
-                operation_id=operation_id,
-                change=change,
-                provisional_key=provisional_key,
-                provisional_aliases=aliases,
-            )
-        )
-
-    bind_change = _in_transaction(RunRepository.bind_change)
-    bind_delivery = _in_transaction(RunRepository.bind_delivery)
-    transition = _in_transaction(RunRepository.transition)
+    start_run = _proxy(RunStore.start_run)
+    bind_change = _proxy(RunStore.bind_change)
+    bind_delivery = _proxy(RunStore.bind_delivery)
+    transition = _proxy(RunStore.transition)
 
     async def bind_delivery_atomically(
         self,
@@ -326,38 +275,16 @@ class AsyncRunStore:
     ) -> RunProjection:
         """`bind_delivery`, and `write(session)` (awaited if it returns an awaitable) in the
         same transaction; `write` runs only when the event is appended (not on a replay)."""
-        request = check_delivery(
-            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+        host = calls.bind_delivery_atomically(
+            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease, write
         )
-        require_callable(write, "delivery-binding-write-invalid")
-
-        async def work(uow: AsyncUnitOfWork) -> RunProjection:
-            projection, appended = await uow.runs.bind_deliveries_once([request])
-            if appended:
-                await _completed(write(uow.session))
-            return projection
-
-        return await self._write(work)
+        return await self._host_call(host, write)
 
     async def bind_deliveries_atomically(
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: AsyncWrite
     ) -> RunProjection:
         """Several bindings of one run (one lease), and `write(session)`, in one transaction."""
-        items = (
-            list(inputs)
-            if isinstance(inputs, Iterable) and not isinstance(inputs, str | bytes | Mapping)
-            else inputs
-        )
-
-        async def work(uow: AsyncUnitOfWork) -> RunProjection:
-            requests = uow.runs.check_deliveries(items)
-            require_callable(write, "delivery-binding-write-invalid")
-            projection, appended = await uow.runs.bind_deliveries_once(requests)
-            if appended:  # not when every input replays
-                await _completed(write(uow.session))
-            return projection
-
-        return await self._write(work)
+        return await self._host_call(calls.bind_deliveries_atomically(inputs, write), write)
 
     async def transition_atomically(
         self,
@@ -371,81 +298,44 @@ class AsyncRunStore:
     ) -> RunProjection:
         """`transition`, and `write(session)` in the same transaction; a replayed operation
         id returns its recorded projection without calling `write`."""
-        require_operation_id(operation_id)
-        require_callable(write, "state-transition-write-invalid")
-
-        async def work(uow: AsyncUnitOfWork) -> RunProjection:
-            projection, appended = await uow.runs.transition_once(
-                run_id, to, operation_id=operation_id, code=code, lease=lease
-            )
-            if appended:
-                await _completed(write(uow.session))
-            return projection
-
-        return await self._write(work)
+        host = calls.transition_atomically(run_id, to, operation_id, code, lease, write)
+        return await self._host_call(host, write)
 
     # -- leases ------------------------------------------------------------------------------
 
-    async def acquire_lease(
-        self,
-        run_id: str,
-        operation_id: str,
-        ttl_ms: int,
-        *,
-        preempt: bool = False,
-        exclusive: bool = False,
-    ) -> OperationLease:
-        # as RunStore: one token per call, whatever the attempts
-        return await self._write_repository(
-            lease_grant(run_id, operation_id, ttl_ms, preempt, exclusive)
-        )
-
-    renew_lease = _in_transaction(RunRepository.renew_lease)
-    assert_lease = _in_transaction(RunRepository.assert_lease)
-    commit_lease = _in_transaction(RunRepository.commit_lease)
-    interrupt_lease = _in_transaction(RunRepository.interrupt_lease)
-    inspect_operation = _in_transaction(RunRepository.inspect_operation)
-    recover_expired_leases = _in_transaction(RunRepository.recover_expired_leases)
+    acquire_lease = _proxy(RunStore.acquire_lease)
+    renew_lease = _proxy(RunStore.renew_lease)
+    assert_lease = _proxy(RunStore.assert_lease)
+    commit_lease = _proxy(RunStore.commit_lease)
+    interrupt_lease = _proxy(RunStore.interrupt_lease)
+    inspect_operation = _proxy(RunStore.inspect_operation)
+    recover_expired_leases = _proxy(RunStore.recover_expired_leases)
 
     # -- reading (one snapshot each) ---------------------------------------------------------
 
-    status = _in_snapshot(RunRepository.status)
-    list_events = _in_snapshot(RunRepository.list_events)
-    rebuild_projection = _in_snapshot(RunRepository.rebuild_projection)
-    verify_integrity = _in_snapshot(RunRepository.verify_integrity)
-    run_ids = _in_snapshot(RunRepository.run_ids)
-    list_runs = _in_snapshot(RunRepository.list_runs)
-    run_detail = _in_snapshot(RunRepository.run_detail)
-    counts = _in_snapshot(RunRepository.counts)
+    status = _proxy(RunStore.status)
+    list_events = _proxy(RunStore.list_events)
+    rebuild_projection = _proxy(RunStore.rebuild_projection)
+    verify_integrity = _proxy(RunStore.verify_integrity)
+    run_ids = _proxy(RunStore.run_ids)
+    list_runs = _proxy(RunStore.list_runs)
+    run_detail = _proxy(RunStore.run_detail)
+    counts = _proxy(RunStore.counts)
 
     async def iter_events(self, run_id: str) -> AsyncIterator[RunEvent]:
         """The run's events, streamed in batches from one snapshot (`async for`)."""
-        await self._ensure_ready()
-        with ExitStack() as snapshot:
-
-            def start(connection: Connection) -> Iterator[RunEvent]:
-                snapshot.enter_context(read_snapshot(connection))
-                return self._reader(connection).iter_events(run_id)
-
-            with database_errors(READ):
-                async with self.engine.connect() as connection:
-                    events = await connection.run_sync(start)
-                    try:
-                        # the sync generator resumes in each run_sync's greenlet
-                        while batch := await connection.run_sync(
-                            lambda _: list(itertools.islice(events, EVENT_BATCH))
-                        ):
-                            for event in batch:
-                                yield event
-                    finally:
-                        await connection.run_sync(_finish_stream, events, snapshot)
-
-
-def _finish_stream(_: Connection, events: Iterator[RunEvent], snapshot: ExitStack) -> None:
-    close = getattr(events, "close", None)  # a generator: release its server-side cursor
-    if close is not None:
-        close()
-    snapshot.close()
+        store = await self._ready_store()
+        events = store.iter_events(run_id)  # a generator: close() ends its snapshot
+        try:
+            while batch := await self._off_the_loop(
+                lambda: list(itertools.islice(events, EVENT_BATCH))
+            ):
+                for event in batch:
+                    yield event
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                await self._off_the_loop(close)
 
 
 __all__ = ["AsyncRunStore", "AsyncWrite"]

@@ -1,22 +1,51 @@
-"""`AsyncUnitOfWork`: one write transaction, committed or rolled back as a whole."""
+"""`AsyncUnitOfWork`: one write transaction, committed or rolled back as a whole.
+
+The transaction is the sync `UnitOfWork`'s (`unit_of_work.open_write_transaction`,
+`finish`, `release`), run on the async connection through `run_sync`: the same checks
+before a commit, the same refusal of a transaction that cannot keep what it did.
+Cancellation never leaves a connection behind: opening and closing run to their end
+under `asyncio.shield`, and the cancellation is raised after them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
 
-from ..engine import begin_write
 from ..errors import StoreUnavailableError
 from ..failures import WRITE, database_errors, is_database_error, translate_database_error
-from ..repository import Clock
+from ..journal.validation import require_clock, require_root_hash
+from ..repository import Clock, RunRepository
 from ..schema import require_schema_name
-from ..shape import assert_store_ready
-from ..unit_of_work import refuse_unfinished
+from ..transaction import JournalTransaction
+from ..unit_of_work import finish, open_write_transaction, release, rollback_quietly
 from .repository import AsyncRunRepository
+
+T = TypeVar("T")
+
+
+async def run_to_the_end(step: Coroutine[Any, Any, T]) -> T:
+    """Await `step` to its end even if the caller is cancelled meanwhile (then raise the
+    cancellation after it): a connection is never left half opened or half closed."""
+    task = asyncio.ensure_future(step)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                cancelled = True
+                continue
+            raise
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
 
 
 class AsyncUnitOfWork:
@@ -39,26 +68,22 @@ class AsyncUnitOfWork:
         statements (a host's rows) are not redirected there. `prepare`: awaited before
         the transaction begins (the store's first-use checks)."""
         self._engine = engine
-        self._root_hash = root_hash
-        self._clock = clock
+        self._root_hash = None if root_hash is None else require_root_hash(root_hash)
+        self._clock = require_clock(clock)
         self._schema = require_schema_name(schema)
         self._prepare = prepare
         self._connection: AsyncConnection | None = None
+        self._transaction: JournalTransaction | None = None
         self._session: AsyncSession | None = None
         self._runs: AsyncRunRepository | None = None
 
     @property
     def session(self) -> AsyncSession:
         """An `AsyncSession` joined to this transaction (made on first use)."""
-        if self._connection is None:
+        if self._transaction is None:
             raise StoreUnavailableError("unit-of-work-not-active")
-        if self._session is None:
-            # only this object commits; a session commit() just flushes
-            self._session = AsyncSession(
-                bind=self._connection,
-                join_transaction_mode="rollback_only",
-                expire_on_commit=False,
-            )
+        self._transaction.session  # noqa: B018 (makes it, joined to the transaction)
+        assert self._session is not None
         return self._session
 
     @property
@@ -67,34 +92,42 @@ class AsyncUnitOfWork:
             raise StoreUnavailableError("unit-of-work-not-active")
         return self._runs
 
-    def _begin(self, connection: Connection) -> None:
-        begin_write(connection)
-        # once per engine: a store not at head, or drifted, is refused before use
-        assert_store_ready(connection, self._schema)
+    def _host_session(self, _connection: Connection) -> Session:
+        assert self._connection is not None
+        # only this object commits; a session commit() just flushes
+        self._session = AsyncSession(
+            bind=self._connection, join_transaction_mode="rollback_only", expire_on_commit=False
+        )
+        return self._session.sync_session
 
     async def __aenter__(self) -> Self:
         if self._connection is not None:
             raise StoreUnavailableError("unit-of-work-not-reentrant")
         if self._prepare is not None:
             await self._prepare()
+        connection, transaction = await run_to_the_end(self._open())
+        self._connection = connection
+        self._transaction = transaction
+        sync = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
+        self._runs = AsyncRunRepository.over(sync, connection, lambda: self.session)
+        return self
+
+    async def _open(self) -> tuple[AsyncConnection, JournalTransaction]:
         with database_errors(WRITE):
             connection = await self._engine.connect()
         try:
-            with database_errors(WRITE):
-                await connection.run_sync(self._begin)
+
+            def begin(sync_connection: Connection) -> JournalTransaction:
+                # the host's rows go through an AsyncSession on this connection
+                return open_write_transaction(sync_connection, self._schema, self._host_session)
+
+            self._connection = connection  # the host session's bind, once it is made
+            return connection, await connection.run_sync(begin)
         except BaseException:
-            await _rollback_quietly(None, connection)
+            self._connection = None
+            await connection.run_sync(lambda sync: rollback_quietly(None, sync))
             await connection.close()
             raise
-        self._connection = connection
-        self._runs = AsyncRunRepository.on_connection(
-            connection,
-            lambda: self.session,
-            root_hash=self._root_hash,
-            clock=self._clock,
-            schema=self._schema,
-        )
-        return self
 
     async def __aexit__(
         self,
@@ -102,42 +135,25 @@ class AsyncUnitOfWork:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        connection, session, runs = self._connection, self._session, self._runs
-        assert connection is not None and runs is not None
-        self._connection = self._session = self._runs = None
+        connection, transaction = self._connection, self._transaction
+        assert connection is not None and transaction is not None
+        self._connection = self._transaction = self._runs = None
+        await run_to_the_end(self._close(connection, transaction, commit=exc_type is None))
+        if exc is not None and is_database_error(exc):
+            # a host's statement in the block failed: coded, like cadence-store's
+            raise translate_database_error(exc, WRITE) from exc
+
+    async def _close(
+        self, connection: AsyncConnection, transaction: JournalTransaction, *, commit: bool
+    ) -> None:
         try:
-            if exc_type is None:
-                try:
-                    refuse_unfinished(runs.sync)
-                    with database_errors(WRITE):
-                        if session is not None:
-                            await session.flush()
-                        await connection.commit()
-                except BaseException:
-                    await _rollback_quietly(session, connection)
-                    raise
-            else:
-                await _rollback_quietly(session, connection)
-                if exc is not None and is_database_error(exc):
-                    # a host's statement in the block failed: coded, like cadence-store's
-                    raise translate_database_error(exc, WRITE) from exc
+            await connection.run_sync(lambda sync: finish(transaction, sync, commit=commit))
         finally:
-            if session is not None:
-                await session.close()
-            await connection.close()
-
-
-async def _rollback_quietly(session: AsyncSession | None, connection: AsyncConnection) -> None:
-    # The failure that got us here stays authoritative.
-    try:
-        if session is not None:
-            await session.rollback()
-    except Exception:
-        pass
-    try:
-        await connection.rollback()
-    except Exception:
-        pass
+            try:
+                await connection.run_sync(lambda sync: release(transaction, sync))
+            finally:
+                self._session = None
+                await connection.close()
 
 
 __all__ = ["AsyncUnitOfWork"]

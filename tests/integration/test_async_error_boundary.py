@@ -141,7 +141,7 @@ STORE_CALLS: dict[str, tuple[str, Invoke]] = {
     "iter_events": (READ_FAILED, _stream),
     "unit_of_work": (WRITE_FAILED, _host_statement_in_unit_of_work),
 }
-STORE_WITHOUT_DATABASE_WORK = {"aclose"}
+STORE_WITHOUT_DATABASE_WORK = {"aclose", "open"}  # open: RunStore.open, tested there
 
 REPOSITORY_CALLS: dict[str, tuple[str, Invoke]] = {
     **COMMON,

@@ -1,0 +1,256 @@
+"""Each public call of the stores, written once: its work in a transaction, what a re-run
+after a lost connection does (the first attempt may have committed), and when host code
+runs. `RunStore` runs these descriptions; `AsyncRunStore` runs `RunStore`'s calls, and
+runs the host-code ones (`*_atomically`, whose `write` may be a coroutine function) from
+the same descriptions in its own unit of work.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy.orm import Session
+
+from .journal import OperationLease, RunProjection, js_stringify
+from .journal.validation import require_callable, require_operation_id
+from .journal.values import ApprovalProof, BindDelivery
+from .repository import (
+    COMMITTED,
+    DELIVERY_BOUND,
+    INTERRUPTED,
+    TRANSITIONED,
+    RunRepository,
+    check_delivery,
+)
+from .repository_leases import new_lease_token
+
+T = TypeVar("T")
+Work = Callable[[RunRepository], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """A call without host code: `work` in one transaction; `rerun` instead of it on an
+    attempt after a lost connection (None: `work` is safe to run again as it is)."""
+
+    work: Work[T]
+    rerun: Work[T] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostCall(Generic[T]):
+    """A call that runs host code in its transaction when, and only when, it appends.
+
+    `journal(runs)` does the journal's part and says whether it appended; `recorded(runs)`
+    is what a re-run returns when an earlier attempt committed (None: it did not)."""
+
+    journal: Work[tuple[T, bool]]
+    recorded: Work[T | None]
+
+    def with_write(self, write: Callable[[Session], object]) -> Call[T]:
+        """The call with a synchronous `write(session)`."""
+
+        def work(runs: RunRepository) -> T:
+            result, appended = self.journal(runs)
+            if appended:
+                write(runs.session)
+            return result
+
+        def rerun(runs: RunRepository) -> T:
+            recorded = self.recorded(runs)
+            return work(runs) if recorded is None else recorded
+
+        return Call(work, rerun)
+
+
+def _replay_first(run_id: str, operation_id: str, kind: str) -> Work[RunProjection | None]:
+    """What an operation id's first attempt committed, if it did (a re-run then replays it:
+    no lease check, no `write=` callback)."""
+    return lambda runs: runs.recorded_outcome(run_id, operation_id, kind)
+
+
+def _then(recorded: Work[T | None], work: Work[T]) -> Work[T]:
+    def rerun(runs: RunRepository) -> T:
+        found = recorded(runs)
+        return work(runs) if found is None else found
+
+    return rerun
+
+
+def _materialised(values: Any) -> Any:
+    """An iterable read once, as a list: every attempt of a call must see the same items."""
+    if values is not None and not isinstance(values, str | bytes | Mapping):
+        return list(values) if isinstance(values, Iterable) else values
+    return values
+
+
+# -- runs and their journal --------------------------------------------------------------
+
+
+def start_run(
+    stage: str,
+    operation_id: str,
+    change: str | None,
+    provisional_key: str | None,
+    provisional_aliases: Iterable[str] | None,
+) -> Call[RunProjection]:
+    aliases = _materialised(provisional_aliases)
+    return Call(
+        lambda runs: runs.start_run(
+            stage,
+            operation_id=operation_id,
+            change=change,
+            provisional_key=provisional_key,
+            provisional_aliases=aliases,
+        )
+    )
+
+
+def bind_delivery(
+    run_id: str,
+    gate: str,
+    revision: int,
+    receipt_hash: str,
+    operation_id: str,
+    approval_proof: ApprovalProof | Mapping[str, Any] | None,
+    lease: OperationLease | Mapping[str, Any] | None,
+) -> Call[RunProjection]:
+    def work(runs: RunRepository) -> RunProjection:
+        return runs.bind_delivery(
+            run_id,
+            gate,
+            revision,
+            receipt_hash,
+            operation_id=operation_id,
+            approval_proof=approval_proof,
+            lease=lease,
+        )
+
+    return Call(work, _then(_replay_first(run_id, operation_id, DELIVERY_BOUND), work))
+
+
+def bind_delivery_atomically(
+    run_id: str,
+    gate: str,
+    revision: int,
+    receipt_hash: str,
+    operation_id: str,
+    approval_proof: ApprovalProof | Mapping[str, Any] | None,
+    lease: OperationLease | Mapping[str, Any] | None,
+    write: object,
+) -> HostCall[RunProjection]:
+    request = check_delivery(
+        run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+    )
+    require_callable(write, "delivery-binding-write-invalid")
+    return HostCall(
+        lambda runs: runs.bind_deliveries_once([request]),
+        _replay_first(run_id, operation_id, DELIVERY_BOUND),
+    )
+
+
+def bind_deliveries_atomically(
+    inputs: Iterable[BindDelivery | Mapping[str, Any]], write: object
+) -> HostCall[RunProjection]:
+    items = _materialised(inputs)
+
+    def journal(runs: RunRepository) -> tuple[RunProjection, bool]:
+        requests = runs.check_deliveries(items)
+        require_callable(write, "delivery-binding-write-invalid")
+        return runs.bind_deliveries_once(requests)
+
+    def recorded(runs: RunRepository) -> RunProjection | None:
+        # the first attempt committed all of them, or none
+        requests = runs.check_deliveries(items)
+        require_callable(write, "delivery-binding-write-invalid")
+        outcomes = [
+            runs.recorded_outcome(r.run_id, r.operation_id, DELIVERY_BOUND) for r in requests
+        ]
+        return outcomes[-1] if None not in outcomes else None
+
+    return HostCall(journal, recorded)
+
+
+def transition(
+    run_id: str,
+    to: str,
+    operation_id: str,
+    code: str | None,
+    lease: OperationLease | Mapping[str, Any] | None,
+) -> Call[RunProjection]:
+    def work(runs: RunRepository) -> RunProjection:
+        return runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
+
+    return Call(work, _then(_replay_first(run_id, operation_id, TRANSITIONED), work))
+
+
+def transition_atomically(
+    run_id: str,
+    to: str,
+    operation_id: str,
+    code: str | None,
+    lease: OperationLease | Mapping[str, Any] | None,
+    write: object,
+) -> HostCall[RunProjection]:
+    require_operation_id(operation_id)
+    require_callable(write, "state-transition-write-invalid")
+    return HostCall(
+        lambda runs: runs.transition_once(
+            run_id, to, operation_id=operation_id, code=code, lease=lease
+        ),
+        _replay_first(run_id, operation_id, TRANSITIONED),
+    )
+
+
+# -- leases --------------------------------------------------------------------------------
+
+
+def acquire_lease(
+    run_id: str, operation_id: str, ttl_ms: int, preempt: bool, exclusive: bool
+) -> Call[OperationLease]:
+    """The token is picked once per call: every attempt (a retry, a re-run after a lost
+    connection) asks for the same grant, so a re-run finds the lease its first took."""
+    token = new_lease_token()
+    return Call(
+        lambda runs: runs.acquire_lease(
+            run_id, operation_id, ttl_ms, preempt=preempt, exclusive=exclusive, lease_token=token
+        )
+    )
+
+
+def commit_lease(
+    lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
+) -> Call[dict[str, Any]]:
+    def rerun(runs: RunRepository) -> dict[str, Any]:
+        if runs.finished_lease(lease, COMMITTED, outcome):
+            recorded: dict[str, Any] = json.loads(js_stringify(outcome))
+            return recorded
+        return runs.commit_lease(lease, outcome)
+
+    return Call(lambda runs: runs.commit_lease(lease, outcome), rerun)
+
+
+def interrupt_lease(lease: OperationLease | Mapping[str, Any]) -> Call[None]:
+    def rerun(runs: RunRepository) -> None:
+        if not runs.finished_lease(lease, INTERRUPTED):
+            runs.interrupt_lease(lease)
+
+    return Call(lambda runs: runs.interrupt_lease(lease), rerun)
+
+
+__all__ = [
+    "Call",
+    "HostCall",
+    "acquire_lease",
+    "bind_deliveries_atomically",
+    "bind_delivery",
+    "bind_delivery_atomically",
+    "commit_lease",
+    "interrupt_lease",
+    "start_run",
+    "transition",
+    "transition_atomically",
+]

@@ -1,0 +1,84 @@
+"""What differs between SQLite and PostgreSQL for a transaction, held in one profile each.
+
+A profile answers from the DB-API connection (or an async driver's adapter of it), never
+through SQLAlchemy's wrapping, so it costs an attribute read on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy.engine import Dialect
+
+# psycopg's `pq.TransactionStatus.INERROR`: a statement failed, the server has aborted
+# the transaction and refuses everything but ROLLBACK (COMMIT then rolls back, silently)
+_PG_INERROR: Final = 3
+
+
+def _driver(raw: Any) -> Any:
+    """The driver's own connection behind an async adapter (aiosqlite, psycopg async)."""
+    return getattr(raw, "driver_connection", None) or raw
+
+
+def _sqlite_in_transaction(raw: Any) -> bool:
+    state = getattr(raw, "in_transaction", None)
+    if state is None:
+        state = getattr(_driver(raw), "in_transaction", True)
+    return bool(state)
+
+
+def _sqlite_trouble(raw: Any) -> str | None:
+    if _sqlite_in_transaction(raw):
+        return None
+    return "SQLite rolled the transaction back by itself (disk full, I/O error, no memory)"
+
+
+def _pg_in_transaction(raw: Any) -> bool:
+    info = getattr(_driver(raw), "info", None)
+    return info is not None and int(info.transaction_status) != 0
+
+
+def _pg_trouble(raw: Any) -> str | None:
+    info = getattr(_driver(raw), "info", None)
+    if info is not None and int(info.transaction_status) == _PG_INERROR:
+        return "a statement in this transaction failed, and PostgreSQL aborted it"
+    return None
+
+
+def _no_trouble(_raw: Any) -> str | None:
+    return None
+
+
+def _always_in_transaction(_raw: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class DialectProfile:
+    """One engine's answers to what a transaction must know of it."""
+
+    name: str
+    # SQLite ends a transaction on its own after some errors; PostgreSQL never does
+    rolls_back_by_itself: bool
+    in_transaction: Callable[[Any], bool]  # of a raw connection
+    # why a raw connection's transaction can no longer commit, or None
+    transaction_trouble: Callable[[Any], str | None]
+
+
+SQLITE: Final = DialectProfile("sqlite", True, _sqlite_in_transaction, _sqlite_trouble)
+POSTGRESQL: Final = DialectProfile("postgresql", False, _pg_in_transaction, _pg_trouble)
+_PROFILES: Final = {profile.name: profile for profile in (SQLITE, POSTGRESQL)}
+
+
+def profile_of(dialect: Dialect) -> DialectProfile:
+    """The profile of `dialect` (another engine gets one that reports no trouble)."""
+    name = str(dialect.name)
+    profile = _PROFILES.get(name)
+    if profile is None:
+        profile = DialectProfile(name, False, _always_in_transaction, _no_trouble)
+    return profile
+
+
+__all__ = ["POSTGRESQL", "SQLITE", "DialectProfile", "profile_of"]

@@ -1,0 +1,234 @@
+"""How a store's call becomes a transaction, decided in one place.
+
+A write that runs no host code takes the fast path (`direct_write`) once the store is
+checked ready; anything else a `UnitOfWork`. A transaction that lost a race on
+PostgreSQL (serialization failure, deadlock, lock timeout) is retried whole, with jitter,
+before it surfaces as `run-store-busy`; a call whose connection was lost is re-run by
+`failover.py` with the same operation id. Reads run in one snapshot, on `read_bind` when
+given. `RunStore` runs every call here, and `AsyncRunStore` runs `RunStore`'s.
+
+After `os.fork()` a child never uses a connection of its parent: the pools are replaced
+(SQLAlchemy's `engine.dispose(close=False)`) and the parent's connections are kept
+referenced, never closed or reset by the child (either would end the parent's session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+from sqlalchemy.util.concurrency import await_only, in_greenlet
+
+from .direct_write import DirectWrites, fits_direct_writes
+from .engine import is_sqlite, masked_url, read_snapshot
+from .errors import StoreBusyError, StoreUnavailableError
+from .failover import Failover
+from .failures import READ, database_errors, is_database_error, is_retryable
+from .repository import Clock, RunRepository
+from .shape import assert_store_ready
+from .transaction import JournalTransaction
+from .unit_of_work import UnitOfWork
+
+T = TypeVar("T")
+MAX_ATTEMPTS: Final = 8
+
+
+def pause(seconds: float) -> None:
+    """Wait `seconds` without holding up an event loop: inside SQLAlchemy's asyncio
+    greenlet (an `AsyncRunStore` on a host's `AsyncEngine`) the loop does the waiting."""
+    if in_greenlet():
+        await_only(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
+class Runner:
+    """The transactions of one store: its engines, fast path, retries and re-runs."""
+
+    def __init__(
+        self,
+        base_engine: Engine,
+        engine: Engine,
+        *,
+        root_hash: str | None,
+        clock: Clock | None,
+        schema: str | None,
+        failover_timeout_s: float,
+        read_engine: Engine | None,
+        keep_connection: bool,
+    ) -> None:
+        """`base_engine`: units of work and the fast path run here (a host's rows stay in
+        the host's schema); `engine`: the same pool with the schema option, for reads."""
+        self.base_engine = base_engine
+        self.engine = engine
+        self.read_engine = read_engine
+        self.root_hash = root_hash
+        self.schema = schema
+        self._clock = clock
+        self.failover = Failover(
+            failover_timeout_s,
+            database=masked_url(engine.url),
+            forget_connections=self.forget_connections,
+            sleep=pause,
+        )
+        self._closed = False
+        self._direct = (
+            DirectWrites(
+                base_engine,
+                root_hash=root_hash,
+                clock=clock,
+                schema=schema,
+                keep_one=keep_connection,
+            )
+            if fits_direct_writes(base_engine)
+            else None
+        )
+        _RUNNERS.add(self)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def assert_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailableError("run-store-closed")
+
+    def release_kept(self) -> None:
+        """Before taking a connection from the pool, give back the one the fast path
+        keeps: with a small pool, a read inside a unit of work could wait for it."""
+        if self._direct is not None:
+            self._direct.release()
+
+    def forget_connections(self) -> None:
+        """Drop idle pooled connections: they may point at a primary that is gone."""
+        if self._direct is not None:
+            self._direct.release(discard=True)
+        self.base_engine.pool.dispose()
+        if self.read_engine is not None:
+            self.read_engine.pool.dispose()
+
+    def checkpoint(self) -> None:
+        """SQLite: fold the WAL back into the database file (housekeeping at close)."""
+        if not is_sqlite(self.engine):
+            return
+        self.release_kept()
+        try:
+            with self.engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception as error:
+            if not is_database_error(error):
+                raise
+            # checkpointing is housekeeping; the data is already durable
+
+    def close(self) -> None:
+        self._closed = True
+        self.release_kept()
+        _RUNNERS.discard(self)
+
+    def _after_fork_in_child(self) -> None:
+        if self._direct is not None:
+            self._direct.abandon()
+        for engine in (self.base_engine, self.read_engine):
+            if engine is not None:
+                _ABANDONED.append(engine.pool)  # the parent's connections: never closed here
+                engine.dispose(close=False)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def unit_of_work(self) -> UnitOfWork:
+        """One write transaction on the primary (see `RunStore.unit_of_work`)."""
+        self.assert_open()
+        self.release_kept()
+        return UnitOfWork(
+            self.base_engine, root_hash=self.root_hash, clock=self._clock, schema=self.schema
+        )
+
+    def write(
+        self,
+        work: Callable[[RunRepository], T],
+        rerun: Callable[[RunRepository], T] | None = None,
+        *,
+        host_code: bool = False,
+    ) -> T:
+        """Run `work` in its own transaction, retrying whole transactions that lost a race,
+        and re-running the call across a failover (`rerun`, if given, replaces `work` on
+        attempts after a lost connection: the first one may have committed).
+
+        `host_code`: `work` calls a host's `write(session)`, so it needs a unit of work's
+        `Session`; other calls take the fast path when the engine allows it."""
+        self.assert_open()
+        return self.failover.run(
+            lambda again: self._write_once(
+                rerun if again and rerun is not None else work, host_code
+            )
+        )
+
+    def _write_once(self, work: Callable[[RunRepository], T], host_code: bool) -> T:
+        self.assert_open()
+        direct = None if host_code else self._direct
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if direct is not None and direct.ready():
+                    return direct.run(work)
+                with self.unit_of_work() as uow:
+                    return work(uow.runs)
+            except StoreBusyError as error:
+                pause(busy_retry_delay(error, attempt))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[RunRepository]:
+        """One read snapshot, on `read_bind` when given (it may lag the primary)."""
+        self.assert_open()
+        self.release_kept()
+        engine = self.engine if self.read_engine is None else self.read_engine
+        with (
+            database_errors(READ),
+            engine.connect() as connection,
+            read_snapshot(connection),
+        ):
+            assert_store_ready(connection, self.schema)  # once per pool (a standby's too)
+            transaction = JournalTransaction.on_connection(
+                connection, self.schema, Session, host_statements=False
+            )
+            yield RunRepository(transaction, root_hash=self.root_hash, clock=self._clock)
+
+    def read(self, work: Callable[[RunRepository], T]) -> T:
+        def attempt(_again: bool) -> T:
+            with self.reading() as repository:
+                return work(repository)
+
+        return self.failover.run(attempt)
+
+
+def busy_retry_delay(error: StoreBusyError, attempt: int) -> float:
+    """The jittered wait before re-trying a whole transaction that lost a race on its
+    `attempt`-th try; raises `error` when it is not to be retried (not a race, or the
+    attempts are spent)."""
+    if attempt >= MAX_ATTEMPTS or not is_retryable(error.__cause__ or error):
+        raise error
+    return random.uniform(0, 0.002 * 2**attempt)
+
+
+# every live runner, for the fork handler; and what children must keep but never touch
+_RUNNERS: Final[weakref.WeakSet[Runner]] = weakref.WeakSet()
+_ABANDONED: Final[list[Any]] = []
+
+
+def _after_fork_in_child() -> None:
+    for runner in list(_RUNNERS):
+        runner._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = ["MAX_ATTEMPTS", "Runner", "busy_retry_delay", "pause"]

@@ -1,0 +1,312 @@
+"""`JournalTransaction`: what journal calls need inside one transaction, in one place.
+
+One object per transaction, opened one of three ways:
+
+- `on_pooled`: RunStore's fast path, a pooled DB-API connection in a transaction the
+  runner began and will end; no `Session`, no host code.
+- `on_connection`: a unit of work's `Connection`. The `Session` for host rows is made on
+  first use, joined to the same transaction and connected at once, so that a host's
+  `begin_nested()` takes its SAVEPOINT before the next journal call.
+- `on_session`: a host's `Session`; the host begins and commits, so nothing is kept
+  between calls (the session outlives its transactions).
+
+It holds the statements (one cursor for the transaction), the run heads locked so far,
+and what it knows of its own state. A transaction that a unit of work owns can no longer
+commit what it acknowledged after:
+
+- a journal call failed after writing some of its rows (SQLite keeps a failed call's
+  earlier statements);
+- a statement failed on PostgreSQL (the server aborts the whole transaction, and the
+  driver's COMMIT then rolls back without a word);
+- SQLite rolled the transaction back by itself (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM,
+  ...): the next statement would begin, and commit, a new one.
+
+`assert_open()` refuses every further statement of such a transaction and its commit
+with `TransactionAbortedError`: nothing of it is committed, never only a part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.base import NestedTransaction
+from sqlalchemy.orm import Session
+
+from .dialects import DialectProfile, profile_of
+from .engine import begin_immediate, begins_immediate
+from .errors import StoreUnavailableError, TransactionAbortedError
+from .failures import is_database_error
+from .journal.documents import Document, parse_document
+from .shape import assert_store_ready
+from .sql import Statements
+
+
+@dataclass(slots=True)
+class RunHead:
+    """A locked run row as this transaction left it."""
+
+    run_id: str
+    root_hash: str
+    stage: str
+    projection_json: str
+    sequence: int
+    event_hash: str
+    _document: Document | None = None
+
+    def document(self) -> Document:
+        """The stored projection, parsed once (callers must not modify it)."""
+        if self._document is None:
+            self._document = parse_document(self.projection_json)
+        return self._document
+
+
+# a kept head, and the savepoint it was kept under (None: the transaction itself)
+_KeptHead = tuple[RunHead, NestedTransaction | None]
+
+
+class JournalTransaction:
+    """The statements, session, locked heads and state of one transaction."""
+
+    __slots__ = (
+        "_broken",
+        "_connection",
+        "_heads",
+        "_host_session",
+        "_owned",
+        "_raw",
+        "_ready",
+        "_session",
+        "_session_factory",
+        "_profile",
+        "_statements",
+        "schema",
+    )
+
+    def __init__(
+        self,
+        profile: DialectProfile | None,
+        schema: str | None,
+        *,
+        owned: bool,
+        connection: Connection | None = None,
+        session: Session | None = None,
+        session_factory: Callable[[Connection], Session] | None = None,
+        statements: Statements | None = None,
+        raw: Any = None,
+        ready: bool = False,
+    ) -> None:
+        self._profile = profile
+        self.schema = schema
+        self._owned = owned
+        self._connection = connection
+        self._host_session = session
+        self._session: Session | None = session
+        self._session_factory = session_factory
+        self._statements = statements
+        self._raw = raw
+        self._ready = ready
+        # Only a transaction that lives and dies with its owner keeps heads: a host's
+        # session outlives its transactions.
+        self._heads: dict[str, _KeptHead] | None = {} if owned else None
+        self._broken: str | None = None
+
+    # -- the three ways in -----------------------------------------------------------------
+
+    @classmethod
+    def on_pooled(
+        cls, dialect: Dialect, raw: Any, statements: Statements, schema: str | None
+    ) -> JournalTransaction:
+        """The runner's own transaction on a pooled DB-API connection (store checked)."""
+        return cls(
+            profile_of(dialect), schema, owned=True, statements=statements, raw=raw, ready=True
+        )
+
+    @classmethod
+    def on_connection(
+        cls,
+        connection: Connection,
+        schema: str | None,
+        session_factory: Callable[[Connection], Session],
+        *,
+        host_statements: bool = True,
+    ) -> JournalTransaction:
+        """A unit of work's transaction (or a read snapshot), already begun, with the
+        store checked, on `connection`. `host_statements`: host code runs statements in
+        it; on SQLite one that would run after the engine rolled the transaction back is
+        refused before it runs."""
+        raw = connection.connection.dbapi_connection
+        transaction = cls(
+            profile_of(connection.dialect),
+            schema,
+            owned=True,
+            connection=connection,
+            session_factory=session_factory,
+            raw=raw,
+            ready=True,
+        )
+        if host_statements and transaction.profile.rolls_back_by_itself:
+            event.listen(connection, "before_cursor_execute", transaction._before_host_statement)
+        return transaction
+
+    @classmethod
+    def on_session(cls, session: Session, schema: str | None) -> JournalTransaction:
+        """A host's session: its transactions are the host's to begin and end."""
+        # the dialect is learnt at the first statement: asking now would begin the
+        # session's transaction before its owner does
+        return cls(None, schema, owned=False, session=session)
+
+    # -- what a call uses ----------------------------------------------------------------
+
+    @property
+    def profile(self) -> DialectProfile:
+        profile = self._profile
+        if profile is None:
+            profile = self._profile = profile_of(self._host_connection().dialect)
+        return profile
+
+    @property
+    def session(self) -> Session:
+        """The session for host rows (made on first use, in this transaction)."""
+        if self._session is None:
+            if self._session_factory is None or self._connection is None:
+                raise StoreUnavailableError(
+                    "unit-of-work-not-active", "this transaction serves no host session"
+                )
+            session = self._session_factory(self._connection)
+            # join now: a begin_nested() then takes its SAVEPOINT at once, before the
+            # journal calls that follow it (they run on the same connection)
+            session.connection()
+            self._session = session
+        return self._session
+
+    @property
+    def made_session(self) -> Session | None:
+        """The session, if one was made (a unit of work flushes it before committing)."""
+        return self._session
+
+    @property
+    def keeps_heads(self) -> bool:
+        return self._heads is not None
+
+    def statements(self, *, write: bool) -> Statements:
+        """The statements of this transaction; `write`: in a transaction fit for writing.
+
+        On a host's SQLite session a transaction that has not touched the database yet is
+        begun IMMEDIATE here (unless the engine already does so), so that a concurrent
+        writer waits instead of failing the read-then-write halfway."""
+        if self._connection is not None or self._broken is not None:
+            self.assert_open()  # a unit of work's block may have broken it since
+        statements = self._statements
+        if statements is not None:
+            return statements
+        connection = self._host_connection() if self._connection is None else self._connection
+        if not self._ready:
+            # once per engine: a store not at head, or drifted from the models, is refused
+            assert_store_ready(connection, self.schema)
+            self._ready = True
+        if write and self._connection is None and self.profile.name == "sqlite":
+            raw = connection.connection.dbapi_connection
+            if (
+                raw is not None
+                and not begins_immediate(connection.engine)
+                and not self.profile.in_transaction(raw)
+            ):
+                begin_immediate(connection)
+        statements = Statements(connection, self.schema)
+        if self._owned:
+            # a unit of work's connection and transaction are this object's for life
+            self._statements = statements
+        return statements
+
+    def _host_connection(self) -> Connection:
+        assert self._host_session is not None
+        return self._host_session.connection()
+
+    @property
+    def writes(self) -> int:
+        """Rows written so far by the journal's statements in this transaction."""
+        return 0 if self._statements is None else self._statements.writes
+
+    # -- run heads -----------------------------------------------------------------------
+
+    def _savepoint(self) -> NestedTransaction | None:
+        return None if self._connection is None else self._connection.get_nested_transaction()
+
+    def kept_head(self, run_id: str) -> RunHead | None:
+        """The head this transaction left `run_id` at, unless a savepoint it was kept
+        under has ended since (rolled back: the row is back as it was; released: kept
+        again under the enclosing one on the next read)."""
+        heads = self._heads
+        if not heads:
+            return None
+        kept = heads.get(run_id)
+        if kept is None:
+            return None
+        head, savepoint = kept
+        if savepoint is not None and not savepoint.is_active:
+            del heads[run_id]
+            return None
+        return head
+
+    def keep_head(self, head: RunHead) -> None:
+        if self._heads is not None:
+            self._heads[head.run_id] = (head, self._savepoint())
+
+    def forget_head(self, run_id: str) -> None:
+        if self._heads is not None:
+            self._heads.pop(run_id, None)
+
+    # -- its own state ---------------------------------------------------------------------
+
+    def note_failure(self, error: BaseException, *, wrote: bool) -> None:
+        """A journal call failed: remember whether this transaction can still commit."""
+        if not self._owned or self._broken is not None:
+            return
+        if wrote:
+            self._broken = "a journal call failed after writing part of its rows"
+        elif _from_database(error):
+            state = self._driver_state()
+            if state is not None:
+                self._broken = state
+
+    def assert_open(self) -> None:
+        """Refuse to go on (or commit) once the transaction cannot keep what it did."""
+        if self._broken is None:
+            state = self._driver_state()
+            if state is None:
+                return
+            self._broken = state
+        raise TransactionAbortedError(
+            "run-store-transaction-aborted",
+            f"{self._broken}; nothing of this unit of work was committed",
+        )
+
+    def _driver_state(self) -> str | None:
+        """What the driver says is wrong with this transaction, or None."""
+        raw = self._raw
+        return None if raw is None else self.profile.transaction_trouble(raw)
+
+    def _before_host_statement(self, *_event: Any) -> None:
+        # SQLite only: after an automatic rollback the driver would run the statement in
+        # a new transaction (or in autocommit mode), which the unit of work would commit.
+        self.assert_open()
+
+    def close(self) -> None:
+        """Detach from the connection (the owner closes it)."""
+        connection = self._connection
+        listener = self._before_host_statement
+        if connection is not None and event.contains(connection, "before_cursor_execute", listener):
+            event.remove(connection, "before_cursor_execute", listener)
+
+
+def _from_database(error: BaseException) -> bool:
+    """A failure that came from a statement (a coded error carries it as its cause)."""
+    cause = error.__cause__
+    return is_database_error(error) or (cause is not None and is_database_error(cause))
+
+
+__all__ = ["JournalTransaction", "RunHead"]
