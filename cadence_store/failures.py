@@ -110,10 +110,11 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
 
 
 # PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
-# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), the whole connection
+# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), idle_session_timeout
+# (57P05: the server closed a connection left idle in the pool), the whole connection
 # exception class (08xxx), and a read-only transaction (25006): a connection a failover
 # left on a standby.
-_CONNECTION_LOST_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "25006"})
+_CONNECTION_LOST_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "57P05", "25006"})
 
 
 def is_connection_lost(error: BaseException | None) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.base import NestedTransaction
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 from .dialects import DialectProfile, profile_of
 from .engine import begin_immediate, begins_immediate
@@ -177,9 +177,10 @@ class JournalTransaction:
                     "unit-of-work-not-active", "this transaction serves no host session"
                 )
             session = self._session_factory(self._connection)
-            # join now: a begin_nested() then takes its SAVEPOINT at once, before the
-            # journal calls that follow it (they run on the same connection)
-            session.connection()
+            session.connection()  # joined to this transaction now
+            # a begin_nested() takes its SAVEPOINT at once, not at the session's next
+            # statement: the journal calls that follow it run on the same connection
+            event.listen(session, "after_transaction_create", _savepoint_at_once)
             self._session = session
         return self._session
 
@@ -301,6 +302,11 @@ class JournalTransaction:
         listener = self._before_host_statement
         if connection is not None and event.contains(connection, "before_cursor_execute", listener):
             event.remove(connection, "before_cursor_execute", listener)
+
+
+def _savepoint_at_once(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.nested:
+        session.connection()
 
 
 def _from_database(error: BaseException) -> bool:

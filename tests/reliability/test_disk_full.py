@@ -218,6 +218,7 @@ def test_sqlite_full_in_a_unit_of_work_commits_all_or_nothing(
             acknowledged.host_rows.append(2)
             disk_full.make_room()  # the commit itself has room: only the block's loss counts
     finally:
+        disk_full.make_room()  # a unit of work may refuse the block's next statement
         store.close()
         reader.close()
         if host_engine is not None:
@@ -269,6 +270,7 @@ def test_sqlite_full_in_an_async_unit_of_work_commits_all_or_nothing(
                 acknowledged.host_rows.append(2)
                 disk_full.make_room()
         finally:
+            disk_full.make_room()  # a unit of work may refuse the block's next statement
             await store.aclose()
             if host_engine is not None:
                 await host_engine.dispose()
