@@ -6,6 +6,8 @@ Registered under the `pytest11` entry point, so installing cadence-store is enou
   `tmp_path`; on PostgreSQL, with `--cadence-store-url URL` or `CADENCE_STORE_TEST_URL`,
   a database of its own created on that server and dropped afterwards);
 - `cadence_store`: a `RunStore` on it, with a root hash, closed afterwards;
+- `cadence_store_async_url` / `async_cadence_store`: the same database with its async
+  driver, and an `AsyncRunStore` on it (used in the test's own event loop);
 - `cadence_store_clock`: the store's fake clock (integer milliseconds, `.advance(ms)`);
 - `assert_chain_intact(store, run_id=None)`: every run's chain (or one run's) verified,
   an `AssertionError` naming the run, the sequence and what differs otherwise.
@@ -16,6 +18,7 @@ modules that do it are imported by the fixtures that need them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import Iterator
@@ -28,6 +31,7 @@ import pytest
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
+    from .async_store.store import AsyncRunStore
     from .store import RunStore
 
 URL_OPTION: Final = "--cadence-store-url"
@@ -169,12 +173,43 @@ def cadence_store(cadence_store_url: str, cadence_store_clock: FakeClock) -> Ite
         store.close()
 
 
+@pytest.fixture
+def cadence_store_async_url(cadence_store_url: str) -> str:
+    """``cadence_store_url`` with its async driver (``sqlite+aiosqlite``,
+    ``postgresql+psycopg``): the same database, for ``AsyncRunStore`` or a host's
+    ``create_async_engine``."""
+    from .async_store.engine import async_database_url
+
+    return async_database_url(cadence_store_url).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def async_cadence_store(
+    cadence_store_async_url: str, cadence_store_clock: FakeClock
+) -> Iterator[AsyncRunStore]:
+    """An ``AsyncRunStore`` on ``cadence_store_async_url`` with a root hash and
+    ``cadence_store_clock``; use it in the test's own event loop (``asyncio.run``,
+    pytest-asyncio, anyio). Closed after the test (in a loop of its own, unless the test
+    closed it)."""
+    from .async_store.store import AsyncRunStore
+
+    store = AsyncRunStore(
+        cadence_store_async_url, root_hash=TEST_ROOT_HASH, clock=cadence_store_clock
+    )
+    try:
+        yield store
+    finally:
+        asyncio.run(store.aclose())
+
+
 __all__ = [
     "CLOCK_START_MS",
     "TEST_ROOT_HASH",
     "FakeClock",
     "assert_chain_intact",
+    "async_cadence_store",
     "cadence_store",
+    "cadence_store_async_url",
     "cadence_store_clock",
     "cadence_store_url",
 ]

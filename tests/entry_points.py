@@ -7,7 +7,9 @@ each entry point, as eventsourcing runs one abstract recorder test case per back
 - ``uow``: each call in its own ``with store.unit_of_work() as uow: uow.runs.<method>``;
 - ``repository``: each call in its own host transaction, ``with Session(engine) as
   session, session.begin(): RunRepository(session, root_hash=..., clock=...).<method>``
-  on the host's own engine.
+  on the host's own engine;
+- ``async``: each call through an `AsyncRunStore` on the host's own `AsyncEngine` (with
+  its own connect listener and ``connect_args``), in one event loop of the test's.
 
 A method `RunRepository` shares with `RunStore` (found by introspection, so a new one is
 covered without a change here) goes through the entry point. Everything else is delegated
@@ -19,15 +21,17 @@ of work or a host session the caller simply writes in the same transaction),
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
-from cadence_store import RunRepository, RunStore
+from cadence_store import AsyncRunStore, RunRepository, RunStore
 from cadence_store.repository import Clock
 
 
@@ -105,9 +109,57 @@ class RepositoryEntry(_Delegating):
             yield RunRepository(session, root_hash=self._root_hash, clock=self._clock)
 
 
+class AsyncEntry(_Delegating):
+    """Each call through an `AsyncRunStore` on a host's `AsyncEngine`, used as it is."""
+
+    name = "async"
+
+    def __init__(
+        self, store: RunStore, host_engine: AsyncEngine, root_hash: str, clock: Clock
+    ) -> None:
+        super().__init__(store)
+        self.host_engine = host_engine
+        self.loop = asyncio.new_event_loop()
+        self.async_store = AsyncRunStore(host_engine, root_hash=root_hash, clock=clock)
+        self.calls = 0
+
+    def run(self, step: Any) -> Any:
+        self.calls += 1
+        return self.loop.run_until_complete(step)
+
+    def shutdown(self) -> None:
+        try:
+            self.loop.run_until_complete(self.async_store.aclose())
+            self.loop.run_until_complete(self.host_engine.dispose())
+        finally:
+            self.loop.close()
+
+
+async def _collected(events: Any) -> list[Any]:
+    return [event async for event in events]
+
+
+def _through_async_store(name: str) -> Callable[..., Any]:
+    if inspect.isgeneratorfunction(getattr(RunRepository, name)):
+
+        def stream(self: AsyncEntry, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            method = getattr(self.async_store, name)
+            yield from self.run(_collected(method(*args, **kwargs)))
+
+        stream.__name__ = name
+        return stream
+
+    def call(self: AsyncEntry, *args: Any, **kwargs: Any) -> Any:
+        return self.run(getattr(self.async_store, name)(*args, **kwargs))
+
+    call.__name__ = name
+    return call
+
+
 for _name in SHARED_METHODS:
     setattr(UnitOfWorkEntry, _name, _through_repository(_name))
     setattr(RepositoryEntry, _name, _through_repository(_name))
+    setattr(AsyncEntry, _name, _through_async_store(_name))
 del _name
 
-ENTRY_POINTS = ("store", "uow", "repository")
+ENTRY_POINTS = ("store", "uow", "repository", "async")

@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from entry_points import ENTRY_POINTS, RepositoryEntry, UnitOfWorkEntry
-from sqlalchemy import create_engine
+from entry_points import ENTRY_POINTS, AsyncEntry, RepositoryEntry, UnitOfWorkEntry
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 from support import ROOT_HASH, FakeClock
 
 from cadence_store import RunStore
+from cadence_store.async_store import async_database_url
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -50,9 +53,36 @@ def store(run_store: RunStore, entry_point: str, store_url: str, clock: FakeCloc
         yield run_store
     elif entry_point == "uow":
         yield UnitOfWorkEntry(run_store)
+    elif entry_point == "async":
+        yield from _async_entry(run_store, store_url, clock)
     else:
         host_engine = create_engine(store_url)  # the host's own engine, as it made it
         try:
             yield RepositoryEntry(run_store, host_engine, ROOT_HASH, clock)
         finally:
             host_engine.dispose()
+
+
+def _async_entry(run_store: RunStore, store_url: str, clock: FakeClock) -> Iterator[AsyncEntry]:
+    """An `AsyncRunStore` on the host's own `AsyncEngine`: its connect listener must see
+    the store's connections, and its connect_args reach the driver."""
+    postgresql = make_url(store_url).get_backend_name() == "postgresql"
+    connect_args: dict[str, Any] = (
+        {"prepare_threshold": None, "application_name": "host-async-engine"}
+        if postgresql
+        else {"timeout": 30}
+    )
+    host_engine = create_async_engine(async_database_url(store_url), connect_args=connect_args)
+    connected: list[object] = []
+
+    @event.listens_for(host_engine.sync_engine, "connect")
+    def _host_listener(dbapi_connection: Any, _record: Any) -> None:
+        connected.append(dbapi_connection)
+
+    entry = AsyncEntry(run_store, host_engine, ROOT_HASH, clock)
+    try:
+        yield entry
+    finally:
+        entry.shutdown()
+    if entry.calls:
+        assert connected, "the store's calls did not use the host's AsyncEngine"
