@@ -31,8 +31,8 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
 from .failures import WRITE, database_errors
+from .readiness import is_store_ready
 from .repository import Clock, RunRepository
-from .shape import is_store_ready
 from .sql import Statements
 from .transaction import JournalTransaction
 

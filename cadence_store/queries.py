@@ -14,12 +14,10 @@ stages x states x four optional filters), values always bound.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Final, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
-from sqlalchemy import ColumnElement, bindparam, func, select
-from sqlalchemy.sql import ClauseElement
 
 from .errors import JournalIntegrityError
 from .journal import RunEvent, RunProjection
@@ -36,8 +34,8 @@ from .journal.views import (
     stored_projection,
 )
 from .journal.vocabulary import OPERATION_STATE_NAMES, OperationKind, OperationState
-from .models import delivery_bindings, events, operations, runs
-from .sql import STATEMENTS, Statements
+from .sql import Statements
+from .sql_reads import listing_statement
 
 
 class _CountsRow(NamedTuple):
@@ -75,82 +73,6 @@ class _OperationRow(NamedTuple):
     has_lease_token: bool | int  # SQLite answers 0 or 1
     lease_expires_at: int | None
     lease_fence: int | None
-
-
-def _count(table: Any) -> Any:
-    return select(func.count()).select_from(table).scalar_subquery()
-
-
-READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
-    "count_rows": lambda _: select(
-        _count(runs), _count(events), _count(operations), _count(delivery_bindings)
-    ),
-    "count_runs_by_state": lambda _: (
-        select(runs.c.state, func.count()).group_by(runs.c.state).order_by(runs.c.state)
-    ),
-    "binding_rows_of_run": lambda _: (
-        select(
-            delivery_bindings.c.gate,
-            delivery_bindings.c.revision,
-            delivery_bindings.c.receipt_hash,
-            delivery_bindings.c.operation_id,
-            delivery_bindings.c.approval_revision,
-            delivery_bindings.c.contract_hash,
-            delivery_bindings.c.record_hash,
-        )
-        .where(delivery_bindings.c.run_id == bindparam("run_id"))
-        .order_by(delivery_bindings.c.revision, delivery_bindings.c.gate)
-    ),
-    # the lease token itself is never read here, only whether there is one
-    "operation_rows_of_run": lambda _: (
-        select(
-            operations.c.operation_id,
-            operations.c.kind,
-            operations.c.state,
-            operations.c.outcome_json,
-            operations.c.lease_token.is_not(None),
-            operations.c.lease_expires_at,
-            operations.c.lease_fence,
-        )
-        .where(operations.c.run_id == bindparam("run_id"))
-        .order_by(operations.c.operation_id)
-    ),
-}
-STATEMENTS.update(READ_STATEMENTS)
-
-
-def _one_of(column: ColumnElement[str], name: str, count: int) -> ColumnElement[bool]:
-    if count == 1:
-        return column == bindparam(f"{name}_0")
-    return column.in_([bindparam(f"{name}_{i}") for i in range(count)])
-
-
-def listing_statement(listing: RunListing) -> str:
-    """The name of the statement for this listing's filter shape (registered once)."""
-    name = (
-        f"list_runs:stages={len(listing.stages)}:states={len(listing.states)}"
-        f":change={listing.change is not None}:root={listing.root_hash is not None}"
-        f":after={listing.after is not None}:limit={listing.limit is not None}"
-    )
-    if name in STATEMENTS:
-        return name
-    statement = select(runs.c.run_id, runs.c.projection_json)
-    if listing.stages:
-        statement = statement.where(_one_of(runs.c.stage, "stage", len(listing.stages)))
-    if listing.states:
-        statement = statement.where(_one_of(runs.c.state, "state", len(listing.states)))
-    if listing.change is not None:
-        statement = statement.where(runs.c.change_name == bindparam("change"))
-    if listing.root_hash is not None:
-        statement = statement.where(runs.c.root_hash == bindparam("root_hash"))
-    if listing.after is not None:
-        statement = statement.where(runs.c.run_id > bindparam("after"))
-    # keyset pagination: run ids in the engine's order, resumed after the last one seen
-    statement = statement.order_by(runs.c.run_id)
-    if listing.limit is not None:
-        statement = statement.limit(bindparam("limit"))
-    STATEMENTS.setdefault(name, lambda _: statement)
-    return name
 
 
 def _listing_parameters(listing: RunListing) -> dict[str, Any]:
@@ -240,4 +162,4 @@ def run_detail(
     )
 
 
-__all__ = ["READ_STATEMENTS", "counts", "list_runs", "listing_statement", "run_detail"]
+__all__ = ["counts", "list_runs", "listing_statement", "run_detail"]

@@ -37,6 +37,7 @@ from .errors import (
 )
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
+from .readiness import forget_store_ready as forget_pool
 
 if TYPE_CHECKING:
     # Alembic is imported where a migration or a revision lookup needs it, not at import:
@@ -218,9 +219,9 @@ def _migration_failure(error: Exception) -> Exception:
 
 
 def forget_store_ready(connection: Connection) -> None:
-    from .shape import forget_store_ready as forget  # shape imports this module
-
-    forget(connection)
+    """Check the engine of `connection` again on next use (after an upgrade or a
+    downgrade through it)."""
+    forget_pool(connection.engine.pool)
 
 
 def upgrade(

@@ -15,22 +15,17 @@ is cached per connection pool and schema, so it runs once per engine.
 
 from __future__ import annotations
 
-import threading
-import weakref
-from typing import Any, Final
+from typing import Any
 
 from sqlalchemy import Connection, Table, UniqueConstraint
-from sqlalchemy.pool import Pool
 from sqlalchemy.types import Integer, String
 
 from .catalogue import FoundTable, read_tables, type_family
 from .errors import StoreFormatError
 from .failures import READ, database_errors
 from .models import OWNED_TABLES, metadata
+from .readiness import is_store_ready, mark_store_ready
 from .schema import assert_at_head, database_label
-
-_ready: weakref.WeakKeyDictionary[Pool, set[str | None]] = weakref.WeakKeyDictionary()
-_ready_lock: Final = threading.Lock()
 
 
 def _model_family(column: Any) -> str:
@@ -116,32 +111,12 @@ def assert_store_shape(connection: Connection, schema: str | None = None) -> Non
 def assert_store_ready(connection: Connection, schema: str | None = None) -> None:
     """At head and shaped as the models (checked once per engine and schema)."""
     pool = connection.engine.pool
-    with _ready_lock:
-        if schema in _ready.get(pool, ()):
-            return
+    if is_store_ready(pool, schema):
+        return
     with database_errors(READ):
         assert_at_head(connection, schema)
         assert_store_shape(connection, schema)
-    with _ready_lock:
-        _ready.setdefault(pool, set()).add(schema)
+    mark_store_ready(pool, schema)
 
 
-def is_store_ready(pool: Pool, schema: str | None = None) -> bool:
-    """Whether `assert_store_ready` has passed on `pool` for `schema` (and still counts)."""
-    with _ready_lock:
-        return schema in _ready.get(pool, ())
-
-
-def forget_store_ready(connection: Connection) -> None:
-    """Check the engine again on next use (after an upgrade or downgrade through it)."""
-    with _ready_lock:
-        _ready.pop(connection.engine.pool, None)
-
-
-__all__ = [
-    "assert_store_ready",
-    "assert_store_shape",
-    "forget_store_ready",
-    "is_store_ready",
-    "shape_differences",
-]
+__all__ = ["assert_store_ready", "assert_store_shape", "shape_differences"]

@@ -15,6 +15,7 @@ import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
@@ -34,6 +35,7 @@ from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 from .journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
 from .models import delivery_bindings, events, operations, runs
 from .sql_append import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH
+from .sql_reads import READ_STATEMENTS, listing_of
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
@@ -78,204 +80,209 @@ def _timed(locked: ClauseElement) -> ClauseElement:
     return select(*inner.c, server_time_ms())
 
 
-# name -> factory(dialect name) of a Core statement with named bind parameters
-STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
-    "advisory_lock": lambda _: select(func.pg_advisory_xact_lock(bindparam("key"))),
-    **APPEND_STATEMENTS,
-    "head": lambda _: select(*_HEAD_COLUMNS).where(_RUN),
-    "head_for_update": lambda _: select(*_HEAD_COLUMNS).where(_RUN).with_for_update(),
-    "operation": lambda _: select(*_OPERATION_COLUMNS).where(_OPERATION),
-    "operation_for_update": lambda _: (
-        select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
-    ),
-    # the same rows with the lease time of the database server's clock (PostgreSQL without
-    # an explicit clock), so that it costs no extra round trip
-    "head_for_update_timed": lambda _: _timed(select(*_HEAD_COLUMNS).where(_RUN).with_for_update()),
-    "operation_timed": lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
-    "operation_for_update_timed": lambda _: _timed(
-        select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
-    ),
-    "insert_run": lambda _: runs.insert().values(
-        run_id=bindparam("run_id"),
-        root_hash=bindparam("root_hash"),
-        stage=bindparam("stage"),
-        lookup_key=bindparam("lookup_key"),
-        change_name=bindparam("change_name"),
-        provisional_key=bindparam("provisional_key"),
-        state=bindparam("state"),
-        sequence=bindparam("sequence"),
-        event_hash=bindparam("event_hash"),
-        projection_json=bindparam("projection_json"),
-    ),
-    # Receipts of an operation id, driven by the operation-id index: the run's lookup key
-    # comes from a correlated lookup by primary key, NULL for runs of another root or stage
-    # (the caller drops those). With the root and stage in a WHERE/EXISTS instead, the
-    # planners drive the query from the runs of that root and stage — a scan that made
-    # start_run slower as runs accumulated (PostgreSQL: 2 ms at 100 runs, 13 ms at 10,000).
-    "start_receipts": lambda _: select(
-        operations.c.run_id,
-        operations.c.kind,
-        operations.c.state,
-        operations.c.outcome_json,
-        select(runs.c.lookup_key)
-        .where(
-            runs.c.run_id == operations.c.run_id,
-            runs.c.root_hash == bindparam("root_hash"),
-            runs.c.stage == bindparam("stage"),
+# A run's events in order (streamed in batches, see `Statements.stream`).
+def _events_of_run() -> Select[Any]:
+    return (
+        select(
+            events.c.sequence,
+            events.c.type,
+            events.c.payload_json,
+            events.c.prior_hash,
+            events.c.event_hash,
         )
-        .scalar_subquery(),
-    ).where(operations.c.operation_id == bindparam("operation_id")),
-    "run_by_key": lambda _: select(runs.c.run_id, runs.c.projection_json).where(
-        runs.c.root_hash == bindparam("root_hash"),
-        runs.c.stage == bindparam("stage"),
-        runs.c.lookup_key == bindparam("lookup_key"),
-    ),
-    "rekey_run": lambda _: update(runs).where(_RUN).values(lookup_key=bindparam("lookup_key")),
-    "bind_change": lambda _: (
-        update(runs)
-        .where(_RUN)
-        .values(
+        .where(events.c.run_id == bindparam("run_id"))
+        .order_by(events.c.sequence)
+    )
+
+
+# name -> factory(dialect name) of a Core statement with named bind parameters (the run
+# listings, one per filter shape, are built from their names: `sql_reads.listing_of`)
+STATEMENTS: Final[Mapping[str, Callable[[str], ClauseElement]]] = MappingProxyType(
+    {
+        "advisory_lock": lambda _: select(func.pg_advisory_xact_lock(bindparam("key"))),
+        **APPEND_STATEMENTS,
+        **READ_STATEMENTS,
+        "events_of_run": lambda _: _events_of_run(),
+        # The same in pages of `limit` rows, keyed on the primary key: the first page, then the
+        # rows after the last sequence seen. A short chain is one round trip on a plain cursor
+        # (a server-side cursor on PostgreSQL costs four), a long one is never held whole.
+        "events_of_run_page": lambda _: _events_of_run().limit(bindparam("limit")),
+        "events_of_run_after": lambda _: (
+            _events_of_run().where(events.c.sequence > bindparam("after")).limit(bindparam("limit"))
+        ),
+        "head": lambda _: select(*_HEAD_COLUMNS).where(_RUN),
+        "head_for_update": lambda _: select(*_HEAD_COLUMNS).where(_RUN).with_for_update(),
+        "operation": lambda _: select(*_OPERATION_COLUMNS).where(_OPERATION),
+        "operation_for_update": lambda _: (
+            select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
+        ),
+        # the same rows with the lease time of the database server's clock (PostgreSQL without
+        # an explicit clock), so that it costs no extra round trip
+        "head_for_update_timed": lambda _: _timed(
+            select(*_HEAD_COLUMNS).where(_RUN).with_for_update()
+        ),
+        "operation_timed": lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
+        "operation_for_update_timed": lambda _: _timed(
+            select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
+        ),
+        "insert_run": lambda _: runs.insert().values(
+            run_id=bindparam("run_id"),
+            root_hash=bindparam("root_hash"),
+            stage=bindparam("stage"),
             lookup_key=bindparam("lookup_key"),
             change_name=bindparam("change_name"),
-            provisional_key=None,
-        )
-    ),
-    "binding": lambda _: select(
-        delivery_bindings.c.receipt_hash,
-        delivery_bindings.c.approval_revision,
-        delivery_bindings.c.contract_hash,
-        delivery_bindings.c.record_hash,
-    ).where(
-        delivery_bindings.c.run_id == bindparam("run_id"),
-        delivery_bindings.c.gate == bindparam("gate"),
-        delivery_bindings.c.revision == bindparam("revision"),
-    ),
-    "insert_binding": lambda _: delivery_bindings.insert().values(
-        run_id=bindparam("run_id"),
-        gate=bindparam("gate"),
-        revision=bindparam("revision"),
-        receipt_hash=bindparam("receipt_hash"),
-        approval_revision=bindparam("approval_revision"),
-        contract_hash=bindparam("contract_hash"),
-        record_hash=bindparam("record_hash"),
-        operation_id=bindparam("operation_id"),
-    ),
-    "insert_lease": lambda _: operations.insert().values(
-        run_id=bindparam("run_id"),
-        operation_id=bindparam("operation_id"),
-        kind=literal(KIND_LEASE),
-        state=literal(RUNNING),
-        lease_token=bindparam("lease_token"),
-        lease_expires_at=bindparam("lease_expires_at"),
-        lease_fence=bindparam("lease_fence"),
-    ),
-    "restart_lease": lambda _: (
-        update(operations)
-        .where(_OPERATION)
-        .values(
-            state=RUNNING,
-            outcome_json=None,
+            provisional_key=bindparam("provisional_key"),
+            state=bindparam("state"),
+            sequence=bindparam("sequence"),
+            event_hash=bindparam("event_hash"),
+            projection_json=bindparam("projection_json"),
+        ),
+        # Receipts of an operation id, driven by the operation-id index: the run's lookup key
+        # comes from a correlated lookup by primary key, NULL for runs of another root or stage
+        # (the caller drops those). With the root and stage in a WHERE/EXISTS instead, the
+        # planners drive the query from the runs of that root and stage — a scan that made
+        # start_run slower as runs accumulated (PostgreSQL: 2 ms at 100 runs, 13 ms at 10,000).
+        "start_receipts": lambda _: select(
+            operations.c.run_id,
+            operations.c.kind,
+            operations.c.state,
+            operations.c.outcome_json,
+            select(runs.c.lookup_key)
+            .where(
+                runs.c.run_id == operations.c.run_id,
+                runs.c.root_hash == bindparam("root_hash"),
+                runs.c.stage == bindparam("stage"),
+            )
+            .scalar_subquery(),
+        ).where(operations.c.operation_id == bindparam("operation_id")),
+        "run_by_key": lambda _: select(runs.c.run_id, runs.c.projection_json).where(
+            runs.c.root_hash == bindparam("root_hash"),
+            runs.c.stage == bindparam("stage"),
+            runs.c.lookup_key == bindparam("lookup_key"),
+        ),
+        "rekey_run": lambda _: update(runs).where(_RUN).values(lookup_key=bindparam("lookup_key")),
+        "bind_change": lambda _: (
+            update(runs)
+            .where(_RUN)
+            .values(
+                lookup_key=bindparam("lookup_key"),
+                change_name=bindparam("change_name"),
+                provisional_key=None,
+            )
+        ),
+        "binding": lambda _: select(
+            delivery_bindings.c.receipt_hash,
+            delivery_bindings.c.approval_revision,
+            delivery_bindings.c.contract_hash,
+            delivery_bindings.c.record_hash,
+        ).where(
+            delivery_bindings.c.run_id == bindparam("run_id"),
+            delivery_bindings.c.gate == bindparam("gate"),
+            delivery_bindings.c.revision == bindparam("revision"),
+        ),
+        "insert_binding": lambda _: delivery_bindings.insert().values(
+            run_id=bindparam("run_id"),
+            gate=bindparam("gate"),
+            revision=bindparam("revision"),
+            receipt_hash=bindparam("receipt_hash"),
+            approval_revision=bindparam("approval_revision"),
+            contract_hash=bindparam("contract_hash"),
+            record_hash=bindparam("record_hash"),
+            operation_id=bindparam("operation_id"),
+        ),
+        "insert_lease": lambda _: operations.insert().values(
+            run_id=bindparam("run_id"),
+            operation_id=bindparam("operation_id"),
+            kind=literal(KIND_LEASE),
+            state=literal(RUNNING),
             lease_token=bindparam("lease_token"),
             lease_expires_at=bindparam("lease_expires_at"),
             lease_fence=bindparam("lease_fence"),
-        )
-    ),
-    "renew_lease": lambda _: (
-        update(operations)
-        .where(_OPERATION, operations.c.lease_token == bindparam("token"))
-        .values(lease_expires_at=bindparam("lease_expires_at"))
-    ),
-    "finish_lease": lambda _: (
-        update(operations)
-        .where(
-            _OPERATION,
-            operations.c.state == RUNNING,
-            operations.c.lease_token == bindparam("token"),
-        )
-        .values(
-            state=bindparam("new_state"),
-            outcome_json=bindparam("outcome_json"),
-            lease_token=None,
-            lease_expires_at=None,
-        )
-    ),
-    "expire_lease": lambda _: (
-        update(operations)
-        .where(
-            _OPERATION,
-            operations.c.state == RUNNING,
-            operations.c.lease_expires_at < bindparam("now"),
-        )
-        .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
-    ),
-    "expire_leases": lambda _: (
-        update(operations)
-        .where(operations.c.state == RUNNING, operations.c.lease_expires_at < bindparam("now"))
-        .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
-    ),
-    # every row is judged at the server's time when it is reached (and re-judged after
-    # waiting for a holder's row lock, so a lease renewed meanwhile stays live)
-    "expire_leases_timed": lambda _: (
-        update(operations)
-        .where(operations.c.state == RUNNING, operations.c.lease_expires_at < server_time_ms())
-        .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
-    ),
-    "owner_of_key": lambda _: select(runs.c.run_id).where(
-        runs.c.root_hash == bindparam("root_hash"),
-        runs.c.stage == bindparam("stage"),
-        runs.c.lookup_key == bindparam("lookup_key"),
-    ),
-    "verify_columns": lambda _: select(
-        runs.c.projection_json,
-        runs.c.root_hash,
-        runs.c.stage,
-        runs.c.change_name,
-        runs.c.provisional_key,
-        runs.c.state,
-        runs.c.sequence,
-        runs.c.event_hash,
-        runs.c.delivery_revision,
-        runs.c.terminal_tombstone,
-    ).where(_RUN),
-    "bindings_of_run": lambda _: select(
-        delivery_bindings.c.gate,
-        delivery_bindings.c.revision,
-        delivery_bindings.c.receipt_hash,
-        delivery_bindings.c.approval_revision,
-        delivery_bindings.c.contract_hash,
-        delivery_bindings.c.record_hash,
-    ).where(delivery_bindings.c.run_id == bindparam("run_id")),
-    "run_ids": lambda _: select(runs.c.run_id).order_by(runs.c.run_id),
-    # receipts and leases of a run, checked against its chain by verify_integrity
-    "operations_of_run": lambda _: (
-        select(operations.c.operation_id, *_OPERATION_COLUMNS)
-        .where(operations.c.run_id == bindparam("run_id"))
-        .order_by(operations.c.operation_id)
-    ),
-}
-
-# A run's events in order (streamed in batches, see `Statements.stream`).
-STATEMENTS["events_of_run"] = lambda _: (
-    select(
-        events.c.sequence,
-        events.c.type,
-        events.c.payload_json,
-        events.c.prior_hash,
-        events.c.event_hash,
-    )
-    .where(events.c.run_id == bindparam("run_id"))
-    .order_by(events.c.sequence)
-)
-# The same in pages of `limit` rows, keyed on the primary key: the first page, then the rows
-# after the last sequence seen. A short chain is one round trip on a plain cursor (a
-# server-side cursor on PostgreSQL costs four), a long one is never held whole.
-STATEMENTS["events_of_run_page"] = lambda dialect_name: STATEMENTS["events_of_run"](
-    dialect_name
-).limit(bindparam("limit"))  # type: ignore[attr-defined]
-STATEMENTS["events_of_run_after"] = lambda dialect_name: (
-    STATEMENTS["events_of_run"](dialect_name)  # type: ignore[attr-defined]
-    .where(events.c.sequence > bindparam("after"))
-    .limit(bindparam("limit"))
+        ),
+        "restart_lease": lambda _: (
+            update(operations)
+            .where(_OPERATION)
+            .values(
+                state=RUNNING,
+                outcome_json=None,
+                lease_token=bindparam("lease_token"),
+                lease_expires_at=bindparam("lease_expires_at"),
+                lease_fence=bindparam("lease_fence"),
+            )
+        ),
+        "renew_lease": lambda _: (
+            update(operations)
+            .where(_OPERATION, operations.c.lease_token == bindparam("token"))
+            .values(lease_expires_at=bindparam("lease_expires_at"))
+        ),
+        "finish_lease": lambda _: (
+            update(operations)
+            .where(
+                _OPERATION,
+                operations.c.state == RUNNING,
+                operations.c.lease_token == bindparam("token"),
+            )
+            .values(
+                state=bindparam("new_state"),
+                outcome_json=bindparam("outcome_json"),
+                lease_token=None,
+                lease_expires_at=None,
+            )
+        ),
+        "expire_lease": lambda _: (
+            update(operations)
+            .where(
+                _OPERATION,
+                operations.c.state == RUNNING,
+                operations.c.lease_expires_at < bindparam("now"),
+            )
+            .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
+        ),
+        "expire_leases": lambda _: (
+            update(operations)
+            .where(operations.c.state == RUNNING, operations.c.lease_expires_at < bindparam("now"))
+            .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
+        ),
+        # every row is judged at the server's time when it is reached (and re-judged after
+        # waiting for a holder's row lock, so a lease renewed meanwhile stays live)
+        "expire_leases_timed": lambda _: (
+            update(operations)
+            .where(operations.c.state == RUNNING, operations.c.lease_expires_at < server_time_ms())
+            .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
+        ),
+        "owner_of_key": lambda _: select(runs.c.run_id).where(
+            runs.c.root_hash == bindparam("root_hash"),
+            runs.c.stage == bindparam("stage"),
+            runs.c.lookup_key == bindparam("lookup_key"),
+        ),
+        "verify_columns": lambda _: select(
+            runs.c.projection_json,
+            runs.c.root_hash,
+            runs.c.stage,
+            runs.c.change_name,
+            runs.c.provisional_key,
+            runs.c.state,
+            runs.c.sequence,
+            runs.c.event_hash,
+            runs.c.delivery_revision,
+            runs.c.terminal_tombstone,
+        ).where(_RUN),
+        "bindings_of_run": lambda _: select(
+            delivery_bindings.c.gate,
+            delivery_bindings.c.revision,
+            delivery_bindings.c.receipt_hash,
+            delivery_bindings.c.approval_revision,
+            delivery_bindings.c.contract_hash,
+            delivery_bindings.c.record_hash,
+        ).where(delivery_bindings.c.run_id == bindparam("run_id")),
+        "run_ids": lambda _: select(runs.c.run_id).order_by(runs.c.run_id),
+        # receipts and leases of a run, checked against its chain by verify_integrity
+        "operations_of_run": lambda _: (
+            select(operations.c.operation_id, *_OPERATION_COLUMNS)
+            .where(operations.c.run_id == bindparam("run_id"))
+            .order_by(operations.c.operation_id)
+        ),
+    }
 )
 
 
@@ -330,7 +337,8 @@ def _picker(positions: tuple[str, ...] | None) -> Callable[[Mapping[str, Any]], 
 
 
 def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStatement:
-    statement = STATEMENTS[name](dialect.name)
+    factory = STATEMENTS.get(name)
+    statement = listing_of(name) if factory is None else factory(dialect.name)
     options: dict[str, Any] = {}
     if schema_map:
         options = {"schema_translate_map": dict(schema_map), "render_schema_translate": True}

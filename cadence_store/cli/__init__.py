@@ -62,8 +62,18 @@ def remember(url: str | None) -> str | None:
     return url
 
 
+def escape_unprintable_text() -> None:
+    """Stored text may hold lone surrogates (cadence 1.x accepted any string as a pause
+    code or an outcome key): they print as `\\udxxx` (valid in JSON too), never a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 class StoreGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        escape_unprintable_text()
         try:
             return super().invoke(ctx)
         except CadenceStoreError as error:
