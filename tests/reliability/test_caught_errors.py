@@ -28,13 +28,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, select
 from support import ROOT_HASH, FakeClock
 from uow_outcomes import (
     HOST_OUTBOX,
     Acknowledged,
-    create_host_outbox,
     one_of_two_outcomes,
+    outbox_engine,
     outbox_row,
 )
 
@@ -74,12 +74,8 @@ def engine_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db(engine_url: str) -> Iterator[Engine]:
-    engine = create_engine(engine_url, pool_size=1, max_overflow=3)
-    create_host_outbox(engine)
-    try:
+    with outbox_engine(engine_url) as engine:
         yield engine
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
