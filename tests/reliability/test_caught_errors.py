@@ -28,14 +28,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, select
 from support import ROOT_HASH, FakeClock
 from uow_outcomes import (
     HOST_OUTBOX,
     Acknowledged,
-    create_host_outbox,
     one_of_two_outcomes,
+    outbox_engine,
     outbox_row,
 )
 
@@ -75,12 +74,8 @@ def engine_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db(engine_url: str) -> Iterator[Engine]:
-    engine = create_engine(engine_url, pool_size=1, max_overflow=3)
-    create_host_outbox(engine)
-    try:
+    with outbox_engine(engine_url) as engine:
         yield engine
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
@@ -143,11 +138,9 @@ def failing_transition(db: Engine, fault: str, run_b: str) -> Iterator[str]:
                 connection.exec_driver_sql("DROP FUNCTION refuse_run_b()")
 
 
-def store_options(url: str, fault: str) -> dict[str, Any]:
-    if fault == "lock-timeout":
-        return {"connect_args": IMPATIENT_CONNECT_ARGS}
-    assert make_url(url).get_backend_name() in {"sqlite", "postgresql"}
-    return {}
+def store_options(fault: str) -> dict[str, Any]:
+    """Engine options of the store under test."""
+    return {"connect_args": IMPATIENT_CONNECT_ARGS} if fault == "lock-timeout" else {}
 
 
 def _outcome_readers(
@@ -184,9 +177,7 @@ def test_a_caught_journal_error_in_a_unit_of_work_loses_nothing_silently(
     acknowledged = Acknowledged()
     sequence_of, receipt_of = _outcome_readers(plain_store)
     with (
-        RunStore(
-            engine_url, root_hash=ROOT_HASH, clock=clock, **store_options(engine_url, fault)
-        ) as store,
+        RunStore(engine_url, root_hash=ROOT_HASH, clock=clock, **store_options(fault)) as store,
         failing_transition(db, fault, run_b) as expected_code,
         one_of_two_outcomes(db, sequence_of, receipt_of, acknowledged),
         store.unit_of_work() as uow,
@@ -224,9 +215,7 @@ def test_a_caught_journal_error_in_an_async_unit_of_work_loses_nothing_silently(
     async_url = async_database_url(engine_url).render_as_string(hide_password=False)
 
     async def block() -> None:
-        store = AsyncRunStore(
-            async_url, root_hash=ROOT_HASH, clock=clock, **store_options(engine_url, fault)
-        )
+        store = AsyncRunStore(async_url, root_hash=ROOT_HASH, clock=clock, **store_options(fault))
         try:
             async with store.unit_of_work() as uow:
                 moved = await uow.runs.transition(

@@ -92,27 +92,23 @@ def fill_disk(directory: Path) -> Path:
     return filler
 
 
-def small_cache_engine(url: str) -> Engine:
-    engine = create_engine(url)
-
+def _small_cache_on_connect(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _small_cache(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA cache_size = {SMALL_PAGE_CACHE}")
         cursor.close()
 
+
+def small_cache_engine(url: str) -> Engine:
+    engine = create_engine(url)
+    _small_cache_on_connect(engine)
     return engine
 
 
 def small_cache_async_engine(url: str) -> AsyncEngine:
     engine = create_async_engine(url.replace("sqlite:", "sqlite+aiosqlite:", 1))
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _small_cache(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA cache_size = {SMALL_PAGE_CACHE}")
-        cursor.close()
-
+    _small_cache_on_connect(engine.sync_engine)
     return engine
 
 

@@ -2,12 +2,12 @@
 
 The parent makes one `RunStore`, uses it (so it holds a kept connection and a pool), then
 forks 4 children; the children and the parent all keep writing through that same store
-object for a while, each to its own run, with unique operation ids. Every attempt is
-logged (ack with the run id the store returned, or the failure's code, or a raw
-exception). Afterwards, from the database:
+object for a while (`RunStore.transition`, every third call in a unit of work), each to
+its own run, with unique operation ids. Every attempt is logged (ack with the run id the
+store returned, or the failure's code, or a raw exception). Afterwards, from the database:
 
 - 0 lost: every acknowledged transition has its receipt and event in the requested run;
-- 0 doubled: no operation id has two events;
+- 0 doubled: each run has as many transition events as transition receipts;
 - 0 written to another run: no worker's operation id is stored under another worker's
   run, and every returned projection names the run that was asked for;
 - 0 raw exceptions, no child crashed or hung;
@@ -59,7 +59,15 @@ def write_for(store: RunStore, run_id: str, name: str, seconds: float, log_path:
             number += 1
             entry: dict[str, object] = {"op": operation_id}
             try:
-                moved = store.transition(run_id, "paused", operation_id=operation_id, code="tick")
+                if number % 3 == 0:  # a unit of work on the inherited store, too
+                    with store.unit_of_work() as uow:
+                        moved = uow.runs.transition(
+                            run_id, "paused", operation_id=operation_id, code="tick"
+                        )
+                else:
+                    moved = store.transition(
+                        run_id, "paused", operation_id=operation_id, code="tick"
+                    )
             except CadenceStoreError as error:
                 entry.update(outcome="fail", code=error.code)
             except Exception as error:

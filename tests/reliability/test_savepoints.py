@@ -21,10 +21,10 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from support import ROOT_HASH, FakeClock
-from uow_outcomes import HOST_OUTBOX, assert_refused_commit, create_host_outbox, host_outbox_ids
+from uow_outcomes import HOST_OUTBOX, assert_refused_commit, host_outbox_ids, outbox_engine
 
 import cadence_store
 from cadence_store import AsyncRunStore, CadenceStoreError, RunRepository, RunStore
@@ -42,12 +42,8 @@ def savepoint_url(database_url: str) -> str:
 
 @pytest.fixture
 def db(savepoint_url: str) -> Iterator[Engine]:
-    engine = create_engine(savepoint_url, pool_size=1, max_overflow=3)
-    create_host_outbox(engine)
-    try:
+    with outbox_engine(savepoint_url) as engine:
         yield engine
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture

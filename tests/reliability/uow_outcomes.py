@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
 from support import Snapshot, table_snapshot
 
 from cadence_store import CadenceStoreError
@@ -39,6 +39,17 @@ HOST_OUTBOX = sa.Table(
 
 def create_host_outbox(engine: Engine) -> None:
     HOST.create_all(engine)
+
+
+@contextmanager
+def outbox_engine(url: str) -> Iterator[Engine]:
+    """A plain engine on `url` (for checking rows), with the host outbox table created."""
+    engine = create_engine(url, pool_size=1, max_overflow=3)
+    create_host_outbox(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def host_outbox_ids(engine: Engine) -> list[int]:
