@@ -106,7 +106,7 @@ class AsyncRunStore:
         )
         self._closed = False
         self._store: RunStore | None = None
-        self._store_lock = asyncio.Lock()
+        self._making: asyncio.Future[RunStore] | None = None
         self.state_root: StateRoot | None = None
         # where RunStore's calls run: a thread on the sync driver of the same URL, or the
         # asyncio greenlet on this async engine (a host's engine, an in-memory database)
@@ -162,26 +162,36 @@ class AsyncRunStore:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def _ready_store(self) -> RunStore:
-        """The `RunStore` behind this one, made (and the database checked) on first use."""
+        """The `RunStore` behind this one, made (and the database checked) on first use.
+
+        It is made by a task of its own: a caller cancelled meanwhile leaves it to finish,
+        and it is kept (a store made and dropped would leave its connections open)."""
         if self._closed:
             raise StoreUnavailableError("run-store-closed")
         store = self._store
         if store is not None:
             return store
-        async with self._store_lock:
-            if self._store is None:
-                make = functools.partial(
-                    RunStore,
-                    self._sync_bind,
-                    root_hash=self.root_hash,
-                    clock=self._clock,
-                    schema=self.schema,
-                    failover_timeout_s=self._failover_timeout_s,
-                    read_bind=self._sync_read_bind,
-                    **self._sync_options,
-                )
-                self._store = await self._off_the_loop(make)
-            return self._store
+        if self._making is None:
+            self._making = asyncio.ensure_future(self._make_store())
+        return await asyncio.shield(self._making)
+
+    async def _make_store(self) -> RunStore:
+        make = functools.partial(
+            RunStore,
+            self._sync_bind,
+            root_hash=self.root_hash,
+            clock=self._clock,
+            schema=self.schema,
+            failover_timeout_s=self._failover_timeout_s,
+            read_bind=self._sync_read_bind,
+            **self._sync_options,
+        )
+        try:
+            self._store = await self._off_the_loop(make)
+        except BaseException:
+            self._making = None  # the next call tries again
+            raise
+        return self._store
 
     async def _off_the_loop(self, call: Callable[[], T]) -> T:
         if self._threaded:
@@ -193,6 +203,8 @@ class AsyncRunStore:
         if self._closed:
             return
         self._closed = True
+        if self._making is not None and not self._making.done():
+            await asyncio.wait([self._making])  # a store being made is closed too
         store, self._store = self._store, None
         try:
             if store is not None:

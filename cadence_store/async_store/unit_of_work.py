@@ -10,9 +10,9 @@ under `asyncio.shield`, and the cancellation is raised after them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -30,22 +30,27 @@ from .repository import AsyncRunRepository
 T = TypeVar("T")
 
 
-async def run_to_the_end(step: Coroutine[Any, Any, T]) -> T:
-    """Await `step` to its end even if the caller is cancelled meanwhile (then raise the
-    cancellation after it): a connection is never left half opened or half closed."""
+async def run_to_the_end(
+    step: Awaitable[T], undo: Callable[[T], Awaitable[None]] | None = None
+) -> T:
+    """Await `step` to its end even if the caller is cancelled meanwhile: a connection is
+    never left half opened or half closed. Then the cancellation is raised, after
+    `undo(result)` has released what the step acquired for a caller that is gone."""
     task = asyncio.ensure_future(step)
     cancelled = False
-    while True:
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
+            await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not task.done():
-                cancelled = True
-                continue
-            raise
-        if cancelled:
-            raise asyncio.CancelledError
-        return result
+            if task.cancelled():
+                raise
+            cancelled = True  # the caller's cancellation: the step goes on to its end
+    result = task.result()  # the step's own failure, if it failed
+    if cancelled:
+        if undo is not None:
+            await run_to_the_end(undo(result))
+        raise asyncio.CancelledError
+    return result
 
 
 class AsyncUnitOfWork:
@@ -105,7 +110,7 @@ class AsyncUnitOfWork:
             raise StoreUnavailableError("unit-of-work-not-reentrant")
         if self._prepare is not None:
             await self._prepare()
-        connection, transaction = await run_to_the_end(self._open())
+        connection, transaction = await run_to_the_end(self._open(), self._abandon)
         self._connection = connection
         self._transaction = transaction
         sync = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
@@ -128,6 +133,11 @@ class AsyncUnitOfWork:
             await connection.run_sync(lambda sync: rollback_quietly(None, sync))
             await connection.close()
             raise
+
+    async def _abandon(self, opened: tuple[AsyncConnection, JournalTransaction]) -> None:
+        connection, transaction = opened
+        self._connection = None
+        await self._close(connection, transaction, commit=False)
 
     async def __aexit__(
         self,
