@@ -32,12 +32,14 @@ from .. import calls
 from ..engine import is_sqlite, missing_sqlite_file
 from ..errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
 from ..failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from ..failures import READ, database_errors
 from ..journal import OperationLease, RunEvent, RunProjection
 from ..journal.validation import require_clock, require_root_hash
 from ..journal.values import ApprovalProof, BindDelivery
 from ..repository import EVENT_BATCH, Clock
 from ..runner import busy_retry_delay
 from ..schema import require_schema_name, schema_options, upgrade_command
+from ..shape import assert_store_ready
 from ..state_root import StateRoot
 from ..store import RunStore
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
@@ -187,11 +189,21 @@ class AsyncRunStore:
             **self._sync_options,
         )
         try:
-            self._store = await self._off_the_loop(make)
+            store = await self._off_the_loop(make)
+            if self._threaded:
+                # the units of work's pool is this engine's: checked once too, as RunStore's
+                try:
+                    with database_errors(READ):
+                        async with self.engine.connect() as connection:
+                            await connection.run_sync(assert_store_ready, self.schema)
+                except BaseException:
+                    await asyncio.to_thread(store.close)
+                    raise
+            self._store = store
         except BaseException:
             self._making = None  # the next call tries again
             raise
-        return self._store
+        return store
 
     async def _off_the_loop(self, call: Callable[[], T]) -> T:
         if self._threaded:

@@ -133,12 +133,9 @@ NOT_CALLED = {
     RunStore: {
         "open": "a classmethod on a state root's own file; it upgrades and checks it anew",
         "unit_of_work": "walked as its own entry point (uow.runs and UnitOfWork)",
+        "snapshot": "the read transaction every read call runs in; walked through them",
     },
-    RunRepository: {
-        "on_connection": "the constructor a unit of work uses; walked through uow.runs",
-        "on_statements": "the constructor RunStore's direct writes use; walked through "
-        "RunStore's calls",
-    },
+    RunRepository: {},
     UnitOfWork: {},
 }
 
