@@ -6,11 +6,13 @@ does in one process; the results come back in the order of the run ids. A run th
 is diagnosed (`transfer.check_record` on its rows) so that the report names the first bad
 sequence and what differs.
 
-Workers are forked where the platform can (they start at once, with the library already
-imported; spawning would re-import it, about as long as verifying 100,000 events), and they
-connect with the store's URL and schema, never through the parent's connections: the
-store's pool is emptied before the fork (`Engine.dispose`; connections a caller holds
-checked out stay open and are never touched by a worker).
+Workers are forked from a fork server where the platform has one (they start at once,
+with the library already imported there; spawning would re-import it, about as long as
+verifying 100,000 events), and they connect with the store's URL and schema, never
+through the parent's connections: the store's pool is emptied before the workers start
+(`Engine.dispose`; connections a caller holds checked out stay open and are never touched
+by a worker). As with any `multiprocessing` start method but fork, a script that calls
+`verify_runs(..., jobs=N)` at its top level needs an `if __name__ == "__main__":` guard.
 """
 
 from __future__ import annotations
@@ -187,8 +189,15 @@ def _check_alive(workers: Sequence[multiprocessing.process.BaseProcess]) -> None
 
 
 def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    # Not fork: the caller may have threads (a pool's, asyncio's to_thread, a host's),
+    # and a forked child of a threaded process can inherit a lock held by another thread
+    # (Python 3.12+ warns). The fork server is a single-threaded process that imports
+    # this module once; each worker forks from it, starting about as fast as a fork.
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
 
 
 class _Failure:
