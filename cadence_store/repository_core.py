@@ -238,6 +238,7 @@ class RepositoryCore:
 
     @property
     def session(self) -> Session:
+        """The session whose transaction the journal's statements run in."""
         if self._session is None:
             if self._session_factory is None:
                 raise StoreUnavailableError(

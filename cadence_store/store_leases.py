@@ -57,17 +57,31 @@ class StoreLeases:
         preempt: bool = False,
         exclusive: bool = False,
     ) -> OperationLease:
+        """Grant the operation (`run_id`, `operation_id`) to the caller for `ttl_ms`
+        milliseconds; returns the lease (token, expiry, fence).
+
+        A live lease of another holder is returned as it is (`exclusive=True`: refused with
+        `operation-already-running`), or replaced by a new grant with a higher fence
+        (`preempt=True`). An expired, committed or interrupted operation gets a new grant."""
         return self._write(lease_grant(run_id, operation_id, ttl_ms, preempt, exclusive))
 
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
+        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
+        it is no longer the live grant."""
         return self._write(lambda runs: runs.renew_lease(lease, ttl_ms))
 
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
+        operation; writes nothing."""
         self._write(lambda runs: runs.assert_lease(lease))
 
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
+        """End a live lease with `outcome` (a JSON object), marking the operation committed;
+        returns the stored outcome. A second commit of the same lease is `lease-fenced` (the
+        outcome stays; `inspect_operation` shows it)."""
+
         def rerun(runs: RunRepository) -> dict[str, Any]:
             if runs.finished_lease(lease, COMMITTED, outcome):
                 recorded: dict[str, Any] = json.loads(js_stringify(outcome))
@@ -77,6 +91,9 @@ class StoreLeases:
         return self._write(lambda runs: runs.commit_lease(lease, outcome), rerun)
 
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """End a live lease without an outcome, marking the operation interrupted (another
+        holder may then acquire it)."""
+
         def rerun(runs: RunRepository) -> None:
             if not runs.finished_lease(lease, INTERRUPTED):
                 runs.interrupt_lease(lease)
@@ -84,6 +101,8 @@ class StoreLeases:
         self._write(lambda runs: runs.interrupt_lease(lease), rerun)
 
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
+        """The operation's state, outcome, expiry and fence, or None if it has no row. An
+        expired running lease is marked interrupted first (a write)."""
         if self._read_engine is not None:
             try:
                 return self._read(
@@ -94,6 +113,7 @@ class StoreLeases:
         return self._write(lambda runs: runs.inspect_operation(run_id, operation_id))
 
     def recover_expired_leases(self) -> int:
+        """Mark every expired running lease interrupted; returns how many were."""
         return self._write(lambda runs: runs.recover_expired_leases())
 
 

@@ -23,9 +23,11 @@ class StoreReads:
         raise NotImplementedError
 
     def status(self, run_id: str) -> RunProjection:
+        """The run's stored projection (no replay); `run-not-found` if there is none."""
         return self._read(lambda runs: runs.status(run_id))
 
     def list_events(self, run_id: str) -> list[RunEvent]:
+        """The run's events in sequence order (`iter_events` streams them instead)."""
         return self._read(lambda runs: runs.list_events(run_id))
 
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
@@ -34,12 +36,18 @@ class StoreReads:
             yield from runs.iter_events(run_id)
 
     def rebuild_projection(self, run_id: str) -> RunProjection:
+        """Replay the run's events and return the projection they produce (without comparing
+        it with the stored one: that is `verify_integrity`)."""
         return self._read(lambda runs: runs.rebuild_projection(run_id))
 
     def verify_integrity(self, run_id: str) -> RunProjection:
+        """Check the run's hash chain, its stored projection, run columns, bindings and
+        receipts against a replay; returns the projection or raises
+        `JournalIntegrityError` naming the first bad sequence and what differs."""
         return self._read(lambda runs: runs.verify_integrity(run_id))
 
     def run_ids(self) -> list[str]:
+        """Every run id in the store, sorted."""
         return self._read(lambda runs: runs.run_ids())
 
     # -- the read side: each call reads one snapshot -------------------------------------

@@ -56,6 +56,7 @@ class UnitOfWork:
 
     @property
     def runs(self) -> RunRepository:
+        """The journal inside this unit of work's transaction."""
         if self._runs is None:
             raise StoreUnavailableError("unit-of-work-not-active")
         return self._runs

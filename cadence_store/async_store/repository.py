@@ -83,6 +83,7 @@ class AsyncRunRepository:
 
     @property
     def session(self) -> AsyncSession:
+        """The session whose transaction the journal's statements run in."""
         if self._session is None:
             assert self._session_factory is not None
             self._session = self._session_factory()
@@ -90,10 +91,12 @@ class AsyncRunRepository:
 
     @property
     def root_hash(self) -> str | None:
+        """The root hash given to start runs with (None: this repository cannot start runs)."""
         return self.sync.root_hash
 
     @property
     def schema(self) -> str | None:
+        """The PostgreSQL schema of cadence-store's tables (None: the default schema)."""
         return self.sync.schema
 
     async def run(self, work: Callable[[RunRepository], T]) -> T:

@@ -294,6 +294,12 @@ class AsyncRunStore:
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
+        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
+
+        The run is found again by its `change`, or by its `provisional_key` (and
+        `provisional_aliases`) for a design run without a change yet: a second start with
+        the same key returns that run. The same `operation_id` replays the recorded run.
+        Needs a root hash (`invalid-root-hash` otherwise)."""
         aliases = provisional_aliases
         if aliases is not None and not isinstance(aliases, str | bytes | Mapping):
             # a retried transaction must see the same aliases (an iterator is read once)
@@ -396,6 +402,12 @@ class AsyncRunStore:
         exclusive: bool = False,
     ) -> OperationLease:
         # as RunStore: one token per call, whatever the attempts
+        """Grant the operation (`run_id`, `operation_id`) to the caller for `ttl_ms`
+        milliseconds; returns the lease (token, expiry, fence).
+
+        A live lease of another holder is returned as it is (`exclusive=True`: refused with
+        `operation-already-running`), or replaced by a new grant with a higher fence
+        (`preempt=True`). An expired, committed or interrupted operation gets a new grant."""
         return await self._write_repository(
             lease_grant(run_id, operation_id, ttl_ms, preempt, exclusive)
         )
