@@ -24,6 +24,11 @@ from .shape import assert_store_ready
 
 
 class UnitOfWork:
+    """One transaction for journal calls (`uow.runs`) and a host's rows (`uow.session`).
+
+    `with store.unit_of_work() as uow:` commits both on leaving the block, or rolls both
+    back on an exception. On SQLite the transaction begins IMMEDIATE."""
+
     def __init__(
         self,
         engine: Engine,
