@@ -56,6 +56,12 @@ def parse_url(url: str | URL) -> URL:
         raise InvalidInputError("invalid-database-url", str(error)) from None
 
 
+def sqlite_path_has_nul(database: str | None) -> bool:
+    """Whether a SQLite URL's path names a NUL byte, as `\\x00` or as `%00`: SQLAlchemy 2.1
+    decodes percent escapes in the path and 2.0 keeps them, and both mean a NUL here."""
+    return database is not None and ("\x00" in database or "%00" in database)
+
+
 def _set_session_pragmas(dbapi_connection: Any, *, wal: bool) -> None:
     cursor = dbapi_connection.cursor()
     try:
@@ -80,7 +86,7 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     except (ImportError, NoSuchModuleError, ArgumentError, TypeError) as error:
         # an unknown dialect, a driver that is not installed, or bad engine options
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None
-    if is_sqlite(engine) and "\x00" in (engine.url.database or ""):
+    if is_sqlite(engine) and sqlite_path_has_nul(engine.url.database):
         engine.dispose()
         # no file can have this name (the driver would raise a bare ValueError)
         raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")

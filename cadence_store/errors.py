@@ -28,6 +28,8 @@ class InvalidInputError(CadenceStoreError):
 
 
 class RunNotFoundError(CadenceStoreError):
+    """No run has the given id (`run-not-found`)."""
+
     default_code = "run-not-found"
 
 
@@ -151,6 +153,8 @@ class SchemaOutOfDateError(CadenceStoreError):
 
 
 class StateRootError(CadenceStoreError):
+    """The embedded store's state root cannot be used (symlinked, not owned, not a directory)."""
+
     default_code = "state-component-type"
 
 

@@ -12,7 +12,9 @@ copies whatever lock one of them held (a worker then hung in `sqlite3.connect`).
 server imports the library once, so a worker starts with it imported. Workers connect
 with the store's URL and schema, never through the parent's connections. The parent waits
 for them with a bound: a worker that sends nothing for `STALL_TIMEOUT_S` while the parent
-has nothing left to verify ends the call with `run-store-unavailable`.
+has nothing left to verify ends the call with `run-store-unavailable`. As with any
+`multiprocessing` start method but fork, a script that calls `verify_runs(..., jobs=N)` at
+its top level needs an `if __name__ == "__main__":` guard.
 """
 
 from __future__ import annotations

@@ -112,6 +112,12 @@ class RunRepository(LeaseRules, RunReading):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
+        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
+
+        The run is found again by its `change`, or by its `provisional_key` (and
+        `provisional_aliases`) for a design run without a change yet: a second start with
+        the same key returns that run. The same `operation_id` replays the recorded run.
+        Needs a root hash (`invalid-root-hash` otherwise)."""
         require_operation_id(operation_id)
         require_stage(stage)
         keys = lookup_keys(stage, change, provisional_key, provisional_aliases)
@@ -210,6 +216,9 @@ class RunRepository(LeaseRules, RunReading):
 
     @journal_write
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
+        """Give the design run `run_id` its `change` (a `change-bound` event); returns the
+        projection. A run that cannot take a change (an implement run, or one that has a
+        change) is refused with `change-binding-not-allowed`."""
         require_operation_id(operation_id)
         require_change(change)
         require_run_id(run_id)
@@ -313,6 +322,11 @@ class RunRepository(LeaseRules, RunReading):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
+        """Record the receipt of delivery gate `gate` (`gate-a`, `gate-b`) at `revision`
+        (`delivery-bound` event and a `delivery_bindings` row), with an optional
+        `approval_proof`; returns the projection. The same gate and revision with the same
+        `receipt_hash` writes nothing more; another receipt is `delivery-revision-conflict`.
+        `lease`: the write is fenced by that lease."""
         request = check_delivery(
             run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
         )
@@ -353,6 +367,12 @@ class RunRepository(LeaseRules, RunReading):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
+        """Move the run to state `to` (a `state-transitioned` event); returns the projection.
+
+        `code` is the pause code recorded with `paused`. An illegal move raises
+        `invalid-run-transition:FROM:TO`, an unknown state `event-integrity-state-mismatch`
+        (see the transition table). The same `operation_id` replays the recorded outcome.
+        `lease`: refused with `lease-fenced` unless it is the operation's live lease."""
         projection, _ = self.transition_once(
             run_id, to, operation_id=operation_id, code=code, lease=lease
         )

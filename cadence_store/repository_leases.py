@@ -141,6 +141,8 @@ class LeaseRules(RepositoryCore):
 
     @journal_write
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
+        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
+        it is no longer the live grant."""
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
         sql = self._write_statements()
@@ -157,6 +159,8 @@ class LeaseRules(RepositoryCore):
 
     @journal_write
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
+        operation; writes nothing."""
         self._assert_live(self._write_statements(), coerce_lease(lease))
 
     def _finish_lease(self, lease: OperationLease, state: str, outcome_json: str | None) -> None:
@@ -177,6 +181,9 @@ class LeaseRules(RepositoryCore):
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
+        """End a live lease with `outcome` (a JSON object), marking the operation committed;
+        returns the stored outcome. A second commit of the same lease is `lease-fenced` (the
+        outcome stays; `inspect_operation` shows it)."""
         checked = coerce_lease(lease)
         if not isinstance(outcome, Mapping):
             raise InvalidInputError("operation-outcome-invalid")
@@ -193,6 +200,8 @@ class LeaseRules(RepositoryCore):
 
     @journal_write
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """End a live lease without an outcome, marking the operation interrupted (another
+        holder may then acquire it)."""
         self._finish_lease(coerce_lease(lease), INTERRUPTED, None)
 
     @journal_write
@@ -249,6 +258,7 @@ class LeaseRules(RepositoryCore):
 
     @journal_write
     def recover_expired_leases(self) -> int:
+        """Mark every expired running lease interrupted; returns how many were."""
         sql = self._write_statements()
         if self._server_clock():
             return sql.write("expire_leases_timed")

@@ -34,6 +34,7 @@ class RunReading(RepositoryCore):
 
     @coded(READ)
     def status(self, run_id: str) -> RunProjection:
+        """The run's stored projection (no replay); `run-not-found` if there is none."""
         require_run_id(run_id)
         head = self._require_head(self._read_statements(), run_id, lock=False)
         return stored_projection(head.projection_json)
@@ -56,6 +57,7 @@ class RunReading(RepositoryCore):
 
     @coded(READ)
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
+        """The run's events in sequence order, read in batches."""
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
         for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(run_id):
@@ -70,6 +72,7 @@ class RunReading(RepositoryCore):
 
     @coded(READ)
     def list_events(self, run_id: str) -> list[RunEvent]:
+        """The run's events in sequence order (`iter_events` streams them instead)."""
         return list(self.iter_events(run_id))
 
     def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
@@ -96,6 +99,8 @@ class RunReading(RepositoryCore):
 
     @coded(READ)
     def rebuild_projection(self, run_id: str) -> RunProjection:
+        """Replay the run's events and return the projection they produce (without comparing
+        it with the stored one: that is `verify_integrity`)."""
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
         return projection_of(self._replay_chain(run_id))
@@ -138,6 +143,7 @@ class RunReading(RepositoryCore):
 
     @coded(READ)
     def run_ids(self) -> list[str]:
+        """Every run id in the store, sorted."""
         return [str(row.run_id) for row in self._read_statements().rows("run_ids", RunIdRow)]
 
     # -- the read side (cadence_store.queries) ------------------------------------------

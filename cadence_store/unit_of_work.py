@@ -94,6 +94,11 @@ def release(transaction: JournalTransaction, connection: Connection) -> None:
 
 
 class UnitOfWork:
+    """One transaction for journal calls (`uow.runs`) and a host's rows (`uow.session`).
+
+    `with store.unit_of_work() as uow:` commits both on leaving the block, or rolls both
+    back on an exception. On SQLite the transaction begins IMMEDIATE."""
+
     def __init__(
         self,
         engine: Engine,
@@ -121,6 +126,7 @@ class UnitOfWork:
 
     @property
     def runs(self) -> RunRepository:
+        """The journal inside this unit of work's transaction."""
         if self._runs is None:
             raise StoreUnavailableError("unit-of-work-not-active")
         return self._runs

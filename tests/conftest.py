@@ -2,6 +2,7 @@
 
 Sections (add new fixtures to the matching section, or a new one at the end):
 
+0. A hermetic environment            (HOME, XDG_*, CADENCE_STORE_*)
 1. Command-line options and markers  (--slow)
 2. PostgreSQL                        (postgres_url, pg_database_url)
 3. SQLite                            (sqlite_database_url)
@@ -19,9 +20,12 @@ binaries the postgres tests are skipped locally, but FAIL when CI=true.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +38,26 @@ if str(_TESTS_DIR) not in sys.path:  # also works under --import-mode=importlib
     sys.path.insert(0, str(_TESTS_DIR))
 
 from pg_cluster import pg_available, throwaway_cluster  # noqa: E402
+
+# --------------------------------------------------------------------------
+# 0. A hermetic environment: no test sees the caller's HOME, XDG_* or
+#    CADENCE_STORE_* (a developer's XDG_STATE_HOME or CADENCE_STORE_SCHEMA would
+#    otherwise change which store a command opens). Done at import, so every
+#    xdist worker and every subprocess a test starts inherits it.
+# --------------------------------------------------------------------------
+
+HERMETIC_PREFIXES = ("XDG_", "CADENCE_STORE_")
+
+
+def _hermetic_environment() -> None:
+    for key in [key for key in os.environ if key.startswith(HERMETIC_PREFIXES)]:
+        del os.environ[key]
+    home = Path(tempfile.mkdtemp(prefix="cadence-test-home-"))
+    os.environ["HOME"] = str(home)  # a test that needs a home sets its own below it
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+
+
+_hermetic_environment()
 
 # clock, store_url, run_store/store, db, table_rows, snapshot, rejected
 pytest_plugins = ["store_fixtures"]

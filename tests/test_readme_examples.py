@@ -1,111 +1,147 @@
-"""The README's Python examples run top to bottom as one script, on SQLite.
+"""Every Python example of the README and of docs/ runs as copied, in a fresh interpreter.
 
-Every ```python block of README.md runs in order in one namespace, so a later example
-sees the store, run and leases the earlier ones left behind, as a reader would. A block
-whose first line is `# not run: <why>` is skipped (it needs a server, a web framework or
-an Alembic env.py). Blocks with `await` run on one asyncio event loop.
+Each ```python block of README.md and docs/**/*.md is one script, run by a new Python
+process in an empty directory, with nothing injected: the block brings its own imports,
+models and engine. Two HTML comments just above a block change that, and say so to a
+reader of the Markdown source:
+
+- `<!-- example: continues -->`: the block goes on from the one before it on the page
+  (that one, and whatever it continues, runs first in the same script);
+- `<!-- example: postgresql -->`: the block needs PostgreSQL; it reads the server's URL
+  from `$CADENCE_STORE_URL`, which the test sets to a fresh database of the test server
+  (a reader sets it to theirs).
+
+There is no way to skip a block: an example that cannot run is not an example.
 """
 
 from __future__ import annotations
 
-import ast
-import asyncio
-import inspect
+import os
 import re
+import subprocess
+import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import String, create_engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```", re.M | re.S)
-NOT_RUN = "# not run:"
-
-
-class HostBase(DeclarativeBase):
-    pass
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^(?P<indent> *)```python\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
+MARKER = re.compile(r"<!-- example: (?P<kind>continues|postgresql) -->\s*$")
+EXAMPLE_TIMEOUT_S = 120
 
 
-class _HostRow:
-    """A host application's row: `HostRow(...)` in the README makes an empty one."""
+@dataclass(frozen=True)
+class Example:
+    page: str  # path relative to the repository
+    line: int  # where the block starts
+    source: str  # this block, dedented
+    script: str  # what runs: the blocks it continues, then this one
+    postgresql: bool
 
-    def __init__(self, *_elided: object, **fields: Any) -> None:
-        for name, value in fields.items():
-            setattr(self, name, value)
-
-
-class HostRow(_HostRow, HostBase):
-    __tablename__ = "host_rows"
-    id: Mapped[int] = mapped_column(primary_key=True)
-
-
-class AuditRow(_HostRow, HostBase):
-    __tablename__ = "audit_rows"
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[str | None] = mapped_column(String)
-    note: Mapped[str | None] = mapped_column(String)
-    request_id: Mapped[str | None] = mapped_column(String)
+    @property
+    def name(self) -> str:
+        return f"{self.page}:{self.line}"
 
 
-class OutboxRow(_HostRow, HostBase):
-    __tablename__ = "outbox"
-    id: Mapped[int] = mapped_column(primary_key=True)
+def _markers_above(text: str, start: int) -> set[str]:
+    """The example markers on the lines right above the block starting at `start`."""
+    kinds: set[str] = set()
+    for line in reversed(text[:start].rstrip("\n").split("\n")[-3:]):
+        found = MARKER.search(line.strip())
+        if found is None:
+            break
+        kinds.add(found["kind"])
+    return kinds
 
 
-def readme_blocks() -> list[tuple[int, str]]:
-    """(line number, source) of every ```python block, indentation removed."""
-    text = README.read_text(encoding="utf-8")
-    return [
-        (text.count("\n", 0, match.start()) + 1, textwrap.dedent(match.group(2)))
-        for match in BLOCK.finditer(text)
-    ]
+def page_examples(path: Path, root: Path = ROOT) -> list[Example]:
+    text = path.read_text(encoding="utf-8")
+    page = path.relative_to(root).as_posix()
+    examples: list[Example] = []
+    for match in BLOCK.finditer(text):
+        kinds = _markers_above(text, match.start())
+        source = textwrap.dedent(match["body"])
+        line = text.count("\n", 0, match.start()) + 1
+        if "continues" in kinds:
+            assert examples, f"{page}:{line} continues, but no block comes before it"
+            before = examples[-1]
+            script = f"{before.script}\n# --- {page}:{line}\n{source}"
+            postgresql = before.postgresql or "postgresql" in kinds
+        else:
+            script, postgresql = source, "postgresql" in kinds
+        examples.append(Example(page, line, source, script, postgresql))
+    return examples
 
 
-def test_the_readme_has_runnable_examples() -> None:
-    blocks = readme_blocks()
-    skipped = [source for _, source in blocks if source.startswith(NOT_RUN)]
-    assert len(blocks) >= 8
-    assert len(skipped) <= 3, "keep the examples runnable; skip only what needs a server"
+def documented_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def test_readme_examples_run_as_one_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)  # the examples use sqlite:///control.sqlite3
-    engine = create_engine("sqlite:///control.sqlite3")
-    HostBase.metadata.create_all(engine)  # a host application's own tables, beside cadence's
-    namespace: dict[str, Any] = {
-        "__name__": "readme",
-        "engine": engine,
-        "Session": Session,
-        "HostRow": HostRow,
-        "AuditRow": AuditRow,
-        "OutboxRow": OutboxRow,
-        "root_hash": "ab" * 32,  # the store's, as the first example opens it
-        "root": "ab" * 32,
+def all_examples() -> list[Example]:
+    return [example for page in documented_pages() for example in page_examples(page)]
+
+
+# SQLite examples first: they need no server, and they are most of them.
+EXAMPLES = sorted(all_examples(), key=lambda example: example.postgresql)
+
+
+def run_example(example: Example, cwd: Path, url: str | None) -> None:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CADENCE_STORE_", "XDG_", "PYTEST_"))
     }
-    exec("from sqlalchemy.ext.asyncio import AsyncSession", namespace)
-    loop = asyncio.new_event_loop()
-    try:
-        for line, source in readme_blocks():
-            if source.startswith(NOT_RUN):
-                continue
-            code = compile(
-                source, f"README.md:{line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-            )
-            result = eval(code, namespace)  # our own README
-            if inspect.iscoroutine(result):
-                loop.run_until_complete(result)
-        # the last examples ran, the async one included
-        assert namespace["bucket"].objects["report.json"] == b"final"
-        assert callable(namespace["record"])
-        assert callable(namespace["test_lease_expires"])
-    finally:
-        loop.close()
-        engine.dispose()
-        store = namespace.get("store")
-        if store is not None and hasattr(store, "close"):
-            closed = store.close()
-            if inspect.iscoroutine(closed):
-                closed.close()
+    environment["HOME"] = str(cwd)
+    if url is not None:
+        environment["CADENCE_STORE_URL"] = url
+    script = cwd / "example.py"
+    script.write_text(example.script, encoding="utf-8")
+    completed = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=EXAMPLE_TIMEOUT_S,
+        check=False,
+    )
+    assert completed.returncode == 0, (
+        f"{example.name} failed as copied (exit {completed.returncode}):\n"
+        f"{completed.stdout}\n{completed.stderr}"
+    )
+
+
+def test_the_documentation_has_runnable_examples() -> None:
+    pages = {example.page for example in EXAMPLES}
+    assert "README.md" in pages
+    assert len(pages) >= 8, sorted(pages)
+    assert len(EXAMPLES) >= 20
+
+
+def test_a_marker_is_read_only_right_above_its_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\n\n<!-- example: continues -->\n```python\nassert x == 1\n```\n"
+        "\n<!-- example: postgresql -->\n\ntext between\n\n```python\ny = 2\n```\n",
+        encoding="utf-8",
+    )
+    first, second, third = page_examples(page, tmp_path)
+    assert first.script == "x = 1\n"
+    assert second.script.startswith("x = 1\n") and second.script.endswith("assert x == 1\n")
+    assert (third.script, third.postgresql) == ("y = 2\n", False)
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        pytest.param(example, id=example.name, marks=[pytest.mark.postgres])
+        if example.postgresql
+        else pytest.param(example, id=example.name)
+        for example in EXAMPLES
+    ],
+)
+def test_example_runs_as_copied(example: Example, tmp_path: Path, request: pytest.FixtureRequest):
+    url = request.getfixturevalue("pg_database_url") if example.postgresql else None
+    run_example(example, tmp_path, url)

@@ -70,14 +70,17 @@ class AsyncRunRepository:
 
     @property
     def session(self) -> AsyncSession:
+        """The `AsyncSession` whose transaction the journal's rows join."""
         return self._session_of()
 
     @property
     def root_hash(self) -> str | None:
+        """The root hash of runs this repository starts (None: it starts none)."""
         return self.sync.root_hash
 
     @property
     def schema(self) -> str | None:
+        """The PostgreSQL schema of cadence-store's tables (None: the default)."""
         return self.sync.schema
 
     async def run(self, work: Callable[[RunRepository], T]) -> T:

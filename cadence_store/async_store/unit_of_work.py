@@ -93,6 +93,7 @@ class AsyncUnitOfWork:
 
     @property
     def runs(self) -> AsyncRunRepository:
+        """The journal inside this unit of work's transaction."""
         if self._runs is None:
             raise StoreUnavailableError("unit-of-work-not-active")
         return self._runs

@@ -30,7 +30,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from ..engine import create_store_engine, masked_url, missing_sqlite_file, parse_url
+from ..engine import (
+    create_store_engine,
+    masked_url,
+    missing_sqlite_file,
+    parse_url,
+    sqlite_path_has_nul,
+)
 from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
 from ..failures import translate_database_error
 from ..journal import js_stringify
@@ -135,7 +141,7 @@ def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -
     if missing_driver is not None:
         raise missing_driver
     if parsed.get_backend_name() == "sqlite" and parsed.database:
-        if "\x00" in parsed.database:
+        if sqlite_path_has_nul(parsed.database):
             raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
         try:
             os.stat(parsed.database)

@@ -44,12 +44,16 @@ class _Value(BaseModel):
 
 
 class ApprovalProof(_Value):
+    """What approved a delivery: its revision, contract hash and record hash."""
+
     revision: StrictInt
     contract_hash: StrictStr
     record_hash: StrictStr
 
 
 class DeliveryBinding(_Value):
+    """A delivery gate's receipt a run was admitted under (gate, revision, receipt hash)."""
+
     gate: StrictStr
     revision: StrictInt
     receipt_hash: StrictStr
@@ -57,6 +61,8 @@ class DeliveryBinding(_Value):
 
 
 class RunProjection(_Value):
+    """A run's current state as its events replay to it (`to_dict()`: cadence 1.x's object)."""
+
     run_id: StrictStr
     root_hash: StrictStr
     stage: StrictStr
@@ -146,6 +152,8 @@ class RunProjection(_Value):
 
 
 class RunEvent(_Value):
+    """One event of a run's hash chain: sequence, type, payload, prior hash and hash."""
+
     sequence: StrictInt
     type: StrictStr
     payload: dict[str, Any]
@@ -167,6 +175,8 @@ class OperationLease(_Value):
 
 
 class OperationStatus(_Value):
+    """How an operation stands: running, committed or interrupted, with outcome and fence."""
+
     state: Literal["running", "committed", "interrupted"]
     outcome: dict[str, Any] | None = None
     expires_at: StrictInt | None = None

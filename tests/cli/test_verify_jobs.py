@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -100,3 +102,22 @@ def test_a_worker_failure_is_raised_with_its_code(store_url: str) -> None:
             with pytest.raises(InvalidInputError) as invalid:
                 verify_runs(store, ids, jobs=jobs)  # type: ignore[arg-type]
             assert invalid.value.code == "invalid-jobs"
+
+
+def test_workers_start_safely_while_the_caller_has_threads(store_url: str) -> None:
+    # fork() in a process with other threads can hand a child a lock that no thread will
+    # release; Python 3.12+ warns about it (DeprecationWarning). The workers must not
+    # be forked from the caller, whatever threads it runs.
+    release = threading.Event()
+    busy = threading.Thread(target=release.wait, daemon=True)
+    busy.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DeprecationWarning)
+            with RunStore(store_url) as store:
+                checks = list(verify_runs(store, jobs=2))
+    finally:
+        release.set()
+        busy.join()
+    assert [check.ok for check in checks] == [True] * RUNS
+    assert [str(w.message) for w in caught if "fork" in str(w.message)] == []

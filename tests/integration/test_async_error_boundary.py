@@ -151,7 +151,7 @@ REPOSITORY_CALLS: dict[str, tuple[str, Invoke]] = {
     "run": (READ_FAILED, _run_work),  # the failure of the work's own read
 }
 # validation only, and the constructor of units of work
-REPOSITORY_WITHOUT_DATABASE_WORK = {"check_deliveries", "over"}  # over: a unit of work's constructor
+REPOSITORY_WITHOUT_DATABASE_WORK = {"check_deliveries", "over"}
 
 
 def _public_methods(cls: type) -> set[str]:
