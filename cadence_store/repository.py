@@ -64,8 +64,10 @@ from .journal.validation import (
     coerce_optional_lease,
     lookup_keys,
     require_change,
+    require_findable_run,
     require_operation_id,
     require_run_id,
+    require_run_id_text,
     require_stage,
     require_transition_code,
 )
@@ -370,9 +372,10 @@ class RunRepository(LeaseRules, RunReading):
     ) -> tuple[RunProjection, bool]:
         """`transition`, and whether it appended (False: a replayed operation id)."""
         require_operation_id(operation_id)
-        require_run_id(run_id)
+        require_run_id_text(run_id)
         checked_code = require_transition_code(code)
         checked_lease = coerce_optional_lease(lease)
+        require_findable_run(run_id, checked_lease)
         sql = self._write_statements()
         head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:

@@ -15,6 +15,7 @@ from typing import Any, Final
 from urllib.parse import quote, quote_plus
 
 import click
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -147,6 +148,12 @@ def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]
         lines.append(f"  {detail}")
     lines.append(f"  {scrub(hint(error), known)}")
     return lines
+
+
+def with_additions(value: BaseModel) -> dict[str, Any]:
+    """A value's camelCase JSON with cadence-store's additions (a lease's `fence`), which
+    `to_dict()`, cadence 1.x's object, leaves out."""
+    return value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def printable(text: str) -> str:
