@@ -166,8 +166,23 @@ class StoreUnavailableError(CadenceStoreError):
     default_code = "run-store-unavailable"
 
 
+class HostWriteError(CadenceStoreError):
+    """The database refused a statement of the host's own code (a `write=` callback, or a
+    host row flushed in a unit of work): a constraint, a missing host table. The whole
+    transaction was rolled back and nothing of the call was kept; it was not re-run, and
+    retrying it unchanged fails the same way. `.host_error` (also `__cause__`) is the
+    driver's exception."""
+
+    default_code = "run-store-host-write-failed"
+
+    def __init__(self, host_error: BaseException, detail: str | None = None) -> None:
+        super().__init__(self.default_code, detail)
+        self.host_error = host_error
+
+
 __all__ = [
     "CadenceStoreError",
+    "HostWriteError",
     "InvalidInputError",
     "InvalidTransitionError",
     "JournalIntegrityError",

@@ -8,7 +8,8 @@ Codes: `run-store-busy` (other writers held the store past the wait or retry bud
 `run-store-unavailable` (the database cannot be reached or used at all: read-only, disk
 full, I/O error, unreachable, lost connection), `run-store-read-failed` /
 `run-store-write-failed` (the database refused a statement of a read / a write, e.g. a
-missing table or a constraint; nothing of the call was kept). Classification is by the
+missing table or a constraint; nothing of the call was kept), `run-store-host-write-failed`
+(`HostWriteError`: it refused a statement of the host's own code, `host_errors`). Classification is by the
 driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by message text.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from .errors import CadenceStoreError, StoreBusyError, StoreUnavailableError
+from .errors import CadenceStoreError, HostWriteError, StoreBusyError, StoreUnavailableError
 
 
 class Access(StrEnum):
@@ -107,6 +108,47 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
         # no SQLSTATE: the server never answered (refused, unreachable, auth)
         return StoreUnavailableError("run-store-unavailable", detail)
     return StoreUnavailableError(f"run-store-{access}-failed", detail)
+
+
+def translate_host_error(error: BaseException) -> CadenceStoreError:
+    """The coded error for a database failure raised by a host's statement (its `write=`
+    callback, its rows flushed in a unit of work). A statement the database refused is
+    the host's failure, `HostWriteError`, not an outage: nothing was kept, and retrying
+    unchanged fails again. An unreachable or busy database stays what it is (an outage
+    or a race is no fault of the host's statement)."""
+    translated = translate_database_error(error, WRITE)
+    if translated.code == f"run-store-{WRITE}-failed":
+        return HostWriteError(error, translated.detail)
+    return translated
+
+
+class _HostErrors:
+    """The context manager of `host_errors` (see `_DatabaseErrors`)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if error is None or isinstance(error, CadenceStoreError):
+            return
+        if isinstance(error, Exception) and is_database_error(error):
+            raise translate_host_error(error) from error
+
+
+_HOST_GUARD: Final = _HostErrors()
+
+
+def host_errors() -> AbstractContextManager[None]:
+    """Raise database failures of a host's statements inside the block as coded errors
+    (`translate_host_error`); the host's other exceptions pass through unchanged."""
+    return _HOST_GUARD
 
 
 # PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
@@ -208,9 +250,11 @@ __all__ = [
     "Access",
     "coded",
     "database_errors",
+    "host_errors",
     "is_database_error",
     "is_connection_lost",
     "is_retryable",
     "sqlstate",
     "translate_database_error",
+    "translate_host_error",
 ]

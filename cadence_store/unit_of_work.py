@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from .engine import begin_write
 from .errors import StoreUnavailableError
-from .failures import WRITE, database_errors, is_database_error, translate_database_error
+from .failures import WRITE, database_errors, host_errors, is_database_error, translate_host_error
 from .repository import Clock, RunRepository
 from .schema import require_schema_name
 from .shape import assert_store_ready
@@ -97,7 +97,9 @@ class UnitOfWork:
             if exc_type is None:
                 try:
                     refuse_unfinished(runs)
-                    with database_errors(WRITE):
+                    # the session holds only the host's rows, and a constraint that
+                    # fails at commit is a host's deferred one (cadence's are immediate)
+                    with host_errors():
                         if session is not None:
                             session.flush()
                         connection.commit()
@@ -107,8 +109,9 @@ class UnitOfWork:
             else:
                 _rollback_quietly(session, connection)
                 if exc is not None and is_database_error(exc):
-                    # a host's statement in the block failed: coded, like cadence-store's
-                    raise translate_database_error(exc, WRITE) from exc
+                    # a host's statement in the block failed (journal calls raise coded
+                    # errors): the host's failure, not an outage
+                    raise translate_host_error(exc) from exc
         finally:
             if session is not None:
                 session.close()

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from ..engine import begin_write
 from ..errors import StoreUnavailableError
-from ..failures import WRITE, database_errors, is_database_error, translate_database_error
+from ..failures import WRITE, database_errors, host_errors, is_database_error, translate_host_error
 from ..repository import Clock
 from ..schema import require_schema_name
 from ..shape import assert_store_ready
@@ -109,7 +109,9 @@ class AsyncUnitOfWork:
             if exc_type is None:
                 try:
                     refuse_unfinished(runs.sync)
-                    with database_errors(WRITE):
+                    # the session holds only the host's rows, and a constraint that
+                    # fails at commit is a host's deferred one (cadence's are immediate)
+                    with host_errors():
                         if session is not None:
                             await session.flush()
                         await connection.commit()
@@ -119,8 +121,9 @@ class AsyncUnitOfWork:
             else:
                 await _rollback_quietly(session, connection)
                 if exc is not None and is_database_error(exc):
-                    # a host's statement in the block failed: coded, like cadence-store's
-                    raise translate_database_error(exc, WRITE) from exc
+                    # a host's statement in the block failed (journal calls raise coded
+                    # errors): the host's failure, not an outage
+                    raise translate_host_error(exc) from exc
         finally:
             if session is not None:
                 await session.close()

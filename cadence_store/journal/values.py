@@ -199,7 +199,12 @@ class RunProjection(_Value):
         """The projection object in cadence 1.x key order (a copy)."""
         if self._document is not None:
             return copy.deepcopy(self._document)
-        return self.to_dict()
+        return super().to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cadence 1.x object, in its key order when the projection was stored or
+        built by this library (`document()`)."""
+        return self.document()
 
     def to_json(self) -> str:
         """`JSON.stringify` of the projection, as cadence 1.x stored it."""
