@@ -9,8 +9,9 @@ Codes: `run-store-busy` (other writers held the store past the wait or retry bud
 full, I/O error, unreachable, lost connection), `run-store-read-failed` /
 `run-store-write-failed` (the database refused a statement of a read / a write, e.g. a
 missing table or a constraint; nothing of the call was kept), `run-store-host-write-failed`
-(`HostWriteError`: it refused a statement of the host's own code, `host_errors`). Classification is by the
-driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by message text.
+(`HostWriteError`: it refused a statement of the host's own code, `host_errors`).
+Classification is by the driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by
+message text.
 """
 
 from __future__ import annotations
