@@ -246,6 +246,7 @@ class RunRepository(LeaseRules, RunReading):
     def _bind_checked(self, sql: Statements, request: BindDelivery) -> tuple[RunProjection, bool]:
         """Bind one checked request; the flag says whether an event was appended (False:
         a replayed operation id, or a binding already stored with this very receipt)."""
+        require_findable_run(request.run_id, request.lease)
         head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
