@@ -12,7 +12,9 @@ import ast
 import asyncio
 import inspect
 import re
+import sys
 import textwrap
+import types
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +77,12 @@ def test_readme_examples_run_as_one_script(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)  # the examples use sqlite:///control.sqlite3
     engine = create_engine("sqlite:///control.sqlite3")
     HostBase.metadata.create_all(engine)  # a host application's own tables, beside cadence's
-    namespace: dict[str, Any] = {
-        "__name__": "readme",
+    # the blocks run in a module of their own, as a reader's script would: SQLAlchemy
+    # resolves a model's annotations through sys.modules
+    module = types.ModuleType("readme")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace: dict[str, Any] = module.__dict__
+    namespace |= {
         "engine": engine,
         "Session": Session,
         "HostRow": HostRow,
