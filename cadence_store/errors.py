@@ -20,6 +20,18 @@ class CadenceStoreError(Exception):
         self.detail = detail
         super().__init__(self.code if detail is None else f"{self.code}: {detail}")
 
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call, unchanged (same operation id), may succeed if retried: the
+        store was busy, or could not be reached (a write's outcome is then unknown, and
+        its retry replays it if it had committed). Every other failure is a verdict:
+        retrying it unchanged fails the same way. README "Error codes" lists them all."""
+        return self.code in RETRYABLE_CODES
+
+
+# the codes whose call may simply be retried (`CadenceStoreError.retryable`)
+RETRYABLE_CODES: frozenset[str] = frozenset({"run-store-busy", "run-store-unavailable"})
+
 
 class InvalidInputError(CadenceStoreError):
     """A caller passed a value the contract rejects; nothing was written."""
@@ -161,7 +173,9 @@ class StoreBusyError(CadenceStoreError):
 
 
 class StoreUnavailableError(CadenceStoreError):
-    """The database cannot be read or written (disk full, read-only, closed, unreachable)."""
+    """The database cannot be read or written (disk full, read-only, closed, unreachable,
+    a refused login, not a database, a statement refused). Only `run-store-unavailable`
+    itself is `retryable`."""
 
     default_code = "run-store-unavailable"
 
