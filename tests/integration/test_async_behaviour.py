@@ -18,6 +18,7 @@ import pytest
 from integration import (
     test_store_atomic,
     test_store_bindings,
+    test_store_cadence1x_parity,
     test_store_leases,
     test_store_reading,
     test_store_start_run,
@@ -137,6 +138,7 @@ def _is_fixture(value: object) -> bool:
 for _module in (
     test_store_atomic,
     test_store_bindings,
+    test_store_cadence1x_parity,
     test_store_leases,
     test_store_reading,
     test_store_start_run,
