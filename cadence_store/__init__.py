@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 from .engine import configure_engine
 from .errors import (
     CadenceStoreError,
+    HostWriteError,
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
@@ -73,6 +74,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidTransitionError",
     "JournalIntegrityError",
+    "HostWriteError",
     "LeaseFencedError",
     "MigrationError",
     "OperationConflictError",

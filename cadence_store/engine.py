@@ -11,6 +11,7 @@ own transactions on an unconfigured engine send `BEGIN IMMEDIATE` on their conne
 from __future__ import annotations
 
 import os
+import shlex
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -199,9 +200,67 @@ def begin_immediate(connection: Connection) -> None:
     raw.execute("BEGIN IMMEDIATE")
 
 
+def is_secret_parameter(name: str) -> bool:
+    """A URL query parameter that carries a credential (libpq's `password`,
+    `sslpassword`, a driver's `token` or `secret`)."""
+    lowered = name.lower()
+    return any(word in lowered for word in ("password", "secret", "token"))
+
+
+_MASK: Final = "***"
+_PLACEHOLDER: Final = "CADENCESTOREMASKED"  # survives URL quoting, then becomes ***
+
+
+def _secret_keys(url: URL) -> list[str]:
+    return [key for key in url.query if is_secret_parameter(key)]
+
+
 def masked_url(url: str | URL) -> str:
-    """The URL with any password hidden, fit for messages and logs."""
+    """The URL with every secret hidden (the password, and credential parameters of its
+    query such as `?password=`), fit for messages and logs."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        parsed = parsed.update_query_dict(dict.fromkeys(_secret_keys(parsed), _PLACEHOLDER))
+        return parsed.render_as_string(hide_password=True).replace(_PLACEHOLDER, _MASK)
     except (ArgumentError, ValueError, TypeError):
         return "<invalid database url>"
+
+
+def url_without_secrets(url: str | URL) -> str:
+    """The URL with its secrets left out (not masked), for a command a user can paste:
+    libpq then takes the password from $PGPASSWORD or ~/.pgpass."""
+    try:
+        parsed = make_url(url)
+        parsed = parsed._replace(password=None).difference_update_query(_secret_keys(parsed))
+        return parsed.render_as_string(hide_password=False)
+    except (ArgumentError, ValueError, TypeError):
+        return "<invalid database url>"
+
+
+def url_argument(url: str | URL, *, always_quote: bool = False) -> str:
+    """`url` as a shell argument a user can paste, never carrying a secret: as it is when
+    it has none, `"$CADENCE_STORE_URL"` when it came from there, else with its secrets
+    left out (libpq finds the password in $PGPASSWORD or ~/.pgpass)."""
+    quote = _quoted if always_quote else shlex.quote
+    if not has_secrets(url):
+        return quote(masked_url(url))
+    from_environment = os.environ.get("CADENCE_STORE_URL")
+    try:
+        if from_environment and make_url(from_environment) == make_url(url):
+            return '"$CADENCE_STORE_URL"'
+    except (ArgumentError, ValueError, TypeError):
+        pass
+    return quote(url_without_secrets(url))
+
+
+def _quoted(text: str) -> str:
+    quoted = shlex.quote(text)
+    return quoted if quoted.startswith("'") else f"'{text}'"
+
+
+def has_secrets(url: str | URL) -> bool:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError):
+        return False
+    return parsed.password is not None or any(is_secret_parameter(key) for key in parsed.query)

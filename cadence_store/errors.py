@@ -20,6 +20,20 @@ class CadenceStoreError(Exception):
         self.detail = detail
         super().__init__(self.code if detail is None else f"{self.code}: {detail}")
 
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call, unchanged (same operation id), may succeed if retried: the
+        store was busy, or could not be reached (a write's outcome is then unknown, and
+        its retry replays it if it had committed). Every other failure is a verdict:
+        retrying it unchanged fails the same way. README "Error codes" lists them all."""
+        return self.code in RETRYABLE_CODES
+
+
+# the codes whose call may simply be retried (`CadenceStoreError.retryable`)
+RETRYABLE_CODES: frozenset[str] = frozenset(
+    {"run-store-busy", "run-store-unavailable", "run-store-transaction-aborted"}
+)
+
 
 class InvalidInputError(CadenceStoreError):
     """A caller passed a value the contract rejects; nothing was written."""
@@ -175,13 +189,30 @@ class TransactionAbortedError(CadenceStoreError):
 
 
 class StoreUnavailableError(CadenceStoreError):
-    """The database cannot be read or written (disk full, read-only, closed, unreachable)."""
+    """The database cannot be read or written (disk full, read-only, closed, unreachable,
+    a refused login, not a database, a statement refused). Only `run-store-unavailable`
+    itself is `retryable`."""
 
     default_code = "run-store-unavailable"
 
 
+class HostWriteError(CadenceStoreError):
+    """The database refused a statement of the host's own code (a `write=` callback, or a
+    host row flushed in a unit of work): a constraint, a missing host table. The whole
+    transaction was rolled back and nothing of the call was kept; it was not re-run, and
+    retrying it unchanged fails the same way. `.host_error` (also `__cause__`) is the
+    driver's exception."""
+
+    default_code = "run-store-host-write-failed"
+
+    def __init__(self, host_error: BaseException, detail: str | None = None) -> None:
+        super().__init__(self.default_code, detail)
+        self.host_error = host_error
+
+
 __all__ = [
     "CadenceStoreError",
+    "HostWriteError",
     "InvalidInputError",
     "InvalidTransitionError",
     "JournalIntegrityError",

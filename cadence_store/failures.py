@@ -6,10 +6,14 @@ generator functions), so no raw driver exception escapes whichever way a caller 
 
 Codes: `run-store-busy` (other writers held the store past the wait or retry budget),
 `run-store-unavailable` (the database cannot be reached or used at all: read-only, disk
-full, I/O error, unreachable, lost connection), `run-store-read-failed` /
-`run-store-write-failed` (the database refused a statement of a read / a write, e.g. a
-missing table or a constraint; nothing of the call was kept). Classification is by the
-driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by message text.
+full, I/O error, unreachable, lost connection), `run-store-auth-failed` (the PostgreSQL
+server refused the login), `run-store-not-a-database` (the SQLite file is not a
+database), `run-store-read-failed` / `run-store-write-failed` (the database refused a
+statement of a read / a write, e.g. a missing table or a constraint; nothing of the call
+was kept), `run-store-host-write-failed` (`HostWriteError`: it refused a statement of the
+host's own code, `host_errors`).
+Classification is by the driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by
+message text, except a refused PostgreSQL login, which libpq reports without a SQLSTATE.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from .errors import CadenceStoreError, StoreBusyError, StoreUnavailableError
+from .errors import CadenceStoreError, HostWriteError, StoreBusyError, StoreUnavailableError
 
 
 class Access(StrEnum):
@@ -88,6 +92,37 @@ def is_retryable(error: BaseException | None) -> bool:
     return error is not None and sqlstate(error) in RETRYABLE_SQLSTATES
 
 
+_SQLITE_NOTADB: Final = 26
+_PG_AUTH_SQLSTATE_CLASS: Final = "28"  # invalid authorization specification, bad password
+# libpq reports a refused login with no SQLSTATE (the server's FATAL message only); these
+# are the server's and libpq's own English texts for it
+_PG_AUTH_MESSAGES: Final = (
+    "password authentication failed",
+    "authentication failed for user",
+    "no password supplied",
+    "no pg_hba.conf entry",
+    'role "',
+)
+
+
+def is_authentication_failure(error: BaseException) -> bool:
+    """The PostgreSQL server refused the login (user, password, pg_hba.conf): nothing
+    ran, and the same call with the same credentials fails again."""
+    orig = _driver_error(error)
+    state = sqlstate(error)
+    if state is not None:
+        return state.startswith(_PG_AUTH_SQLSTATE_CLASS)
+    pgconn = getattr(orig, "pgconn", None)
+    if pgconn is None or type(orig).__name__ != "OperationalError":
+        return False
+    if getattr(pgconn, "needs_password", False):
+        return True
+    raw = getattr(pgconn, "error_message", b"") or b""
+    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    fatal = message.lower()
+    return "fatal" in fatal and any(text in fatal for text in _PG_AUTH_MESSAGES)
+
+
 def translate_database_error(error: BaseException, access: Access = WRITE) -> CadenceStoreError:
     """The coded error for a database failure met while reading or writing."""
     if isinstance(error, CadenceStoreError):
@@ -97,6 +132,10 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
     code = _sqlite_code(error)
     state = sqlstate(error)
     invalidated = isinstance(error, DBAPIError) and error.connection_invalidated
+    if code == _SQLITE_NOTADB:
+        return StoreUnavailableError("run-store-not-a-database", detail)
+    if is_authentication_failure(error):
+        return StoreUnavailableError("run-store-auth-failed", detail)
     if code in _SQLITE_BUSY or state in RETRYABLE_SQLSTATES:
         return StoreBusyError("run-store-busy", detail)
     if code in _SQLITE_UNAVAILABLE or invalidated:
@@ -107,6 +146,47 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
         # no SQLSTATE: the server never answered (refused, unreachable, auth)
         return StoreUnavailableError("run-store-unavailable", detail)
     return StoreUnavailableError(f"run-store-{access}-failed", detail)
+
+
+def translate_host_error(error: BaseException) -> CadenceStoreError:
+    """The coded error for a database failure raised by a host's statement (its `write=`
+    callback, its rows flushed in a unit of work). A statement the database refused is
+    the host's failure, `HostWriteError`, not an outage: nothing was kept, and retrying
+    unchanged fails again. An unreachable or busy database stays what it is (an outage
+    or a race is no fault of the host's statement)."""
+    translated = translate_database_error(error, WRITE)
+    if translated.code == f"run-store-{WRITE}-failed":
+        return HostWriteError(error, translated.detail)
+    return translated
+
+
+class _HostErrors:
+    """The context manager of `host_errors` (see `_DatabaseErrors`)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if error is None or isinstance(error, CadenceStoreError):
+            return
+        if isinstance(error, Exception) and is_database_error(error):
+            raise translate_host_error(error) from error
+
+
+_HOST_GUARD: Final = _HostErrors()
+
+
+def host_errors() -> AbstractContextManager[None]:
+    """Raise database failures of a host's statements inside the block as coded errors
+    (`translate_host_error`); the host's other exceptions pass through unchanged."""
+    return _HOST_GUARD
 
 
 # PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
@@ -130,8 +210,8 @@ def is_connection_lost(error: BaseException | None) -> bool:
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
     orig = _driver_error(error)
-    if hasattr(orig, "sqlite_errorcode"):
-        return False
+    if hasattr(orig, "sqlite_errorcode") or is_authentication_failure(error):
+        return False  # a refused login is a verdict too: waiting does not change it
     state = sqlstate(error)
     if state is not None:
         return state in _CONNECTION_LOST_SQLSTATES or state.startswith("08")
@@ -209,9 +289,11 @@ __all__ = [
     "Access",
     "coded",
     "database_errors",
+    "host_errors",
     "is_database_error",
     "is_connection_lost",
     "is_retryable",
     "sqlstate",
     "translate_database_error",
+    "translate_host_error",
 ]

@@ -64,8 +64,10 @@ from .journal.validation import (
     coerce_optional_lease,
     lookup_keys,
     require_change,
+    require_findable_run,
     require_operation_id,
     require_run_id,
+    require_run_id_text,
     require_stage,
     require_transition_code,
 )
@@ -253,6 +255,7 @@ class RunRepository(LeaseRules, RunReading):
     def _bind_checked(self, sql: Statements, request: BindDelivery) -> tuple[RunProjection, bool]:
         """Bind one checked request; the flag says whether an event was appended (False:
         a replayed operation id, or a binding already stored with this very receipt)."""
+        require_findable_run(request.run_id, request.lease)
         head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
@@ -337,19 +340,29 @@ class RunRepository(LeaseRules, RunReading):
         """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
         return check_deliveries(inputs)
 
-    def bind_deliveries(self, requests: list[BindDelivery]) -> RunProjection:
-        """Bind several checked deliveries of one run (see `check_deliveries`)."""
+    def bind_deliveries(
+        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
+    ) -> RunProjection:
+        """Bind several deliveries of one run (`bind_deliveries_once`'s rules)."""
         projection, _ = self.bind_deliveries_once(requests)
         return projection
 
     @journal_write
-    def bind_deliveries_once(self, requests: list[BindDelivery]) -> tuple[RunProjection, bool]:
-        """`bind_deliveries`, and whether any of them appended an event (False: every
-        request replayed a receipt or found its binding already stored)."""
+    def bind_deliveries_once(
+        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
+    ) -> tuple[RunProjection, bool]:
+        """Bind deliveries of one run (one lease), and say whether any of them appended
+        an event: `(projection, appended)`.
+
+        `appended` is False when every request replayed its operation id or found its
+        binding already stored with the same receipt: a host `Session` adds its own rows
+        (an audit row, an outbox message) only when it is True, so a retried request adds
+        them once. The inputs follow `bind_deliveries_atomically`'s rules."""
+        checked = check_deliveries(requests)
         sql = self._write_statements()
         projection: RunProjection | None = None
         appended = False
-        for request in requests:
+        for request in checked:
             projection, appended_one = self._bind_checked(sql, request)
             appended = appended or appended_one
         if projection is None:
@@ -388,11 +401,22 @@ class RunRepository(LeaseRules, RunReading):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> tuple[RunProjection, bool]:
-        """`transition`, and whether it appended (False: a replayed operation id)."""
+        """`transition`, and whether it appended a new event: `(projection, appended)`.
+
+        `appended` is False when the operation id was already recorded (a retried
+        request): the recorded projection comes back and nothing is written. This is how
+        a host `Session` (or `AsyncRunRepository` in an `AsyncSession`) knows whether to
+        add its own rows, exactly once per event::
+
+            run, appended = runs.transition_once(run_id, "paused", operation_id=request_id)
+            if appended:
+                session.add(AuditRow(run_id=run_id, request_id=request_id))
+        """
         require_operation_id(operation_id)
-        require_run_id(run_id)
+        require_run_id_text(run_id)
         checked_code = require_transition_code(code)
         checked_lease = coerce_optional_lease(lease)
+        require_findable_run(run_id, checked_lease)
         sql = self._write_statements()
         head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:

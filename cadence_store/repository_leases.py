@@ -15,6 +15,7 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
+from .failures import READ, database_errors
 from .journal import OperationLease, OperationStatus, js_stringify
 from .journal.canonical import JsonValueError, has_lossy_number
 from .journal.documents import stored_outcome
@@ -236,8 +237,9 @@ class LeaseRules(RepositoryCore):
         require_operation_id(operation_id)
         require_run_id(run_id)
         sql = self._write_statements()
-        self._require_head(sql, run_id, lock=False)
-        row, now = self._timed_operation(sql, run_id, operation_id, lock=False)
+        with database_errors(READ):  # a read, unless it finds an expired lease to mark
+            self._require_head(sql, run_id, lock=False)
+            row, now = self._timed_operation(sql, run_id, operation_id, lock=False)
         if row is None or now is None:
             return None
         if standing(row, now) is LeaseStanding.EXPIRED:

@@ -26,7 +26,14 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from . import legacy
-from .engine import create_store_engine, enable_wal, is_postgresql, is_sqlite, masked_url
+from .engine import (
+    create_store_engine,
+    enable_wal,
+    is_postgresql,
+    is_sqlite,
+    masked_url,
+    url_argument,
+)
 from .errors import (
     CadenceStoreError,
     InvalidInputError,
@@ -267,7 +274,7 @@ def downgrade(bind: str | URL | Engine, revision: str, *, schema: str | None = N
 def upgrade_command(url: URL | str, schema: str | None = None) -> str:
     """The command that brings `url` to head, with every option it needs (a schema only
     where there are schemas: never for SQLite)."""
-    command = f"cadence-store upgrade --url '{masked_url(url)}'"
+    command = f"cadence-store upgrade --url {url_argument(url, always_quote=True)}"
     try:
         sqlite = make_url(url).get_backend_name() == "sqlite"
     except (ArgumentError, ValueError, TypeError):

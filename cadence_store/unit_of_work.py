@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from .engine import begin_write
 from .errors import StoreUnavailableError
-from .failures import WRITE, database_errors, is_database_error, translate_database_error
+from .failures import WRITE, database_errors, host_errors, is_database_error, translate_host_error
 from .journal.validation import require_clock, require_root_hash
 from .repository import Clock, RunRepository
 from .schema import require_schema_name
@@ -56,11 +56,13 @@ def finish(transaction: JournalTransaction, connection: Connection, *, commit: b
     try:
         if commit:
             transaction.assert_open()
-            with database_errors(WRITE):
+            # the session holds only the host's rows, and a constraint that fails at
+            # commit is a host's deferred one (cadence's are immediate)
+            with host_errors():
                 if session is not None:
                     session.flush()
             transaction.assert_open()
-            with database_errors(WRITE):
+            with host_errors():
                 connection.commit()
             return
     except BaseException:
@@ -159,7 +161,8 @@ class UnitOfWork:
         try:
             finish(transaction, connection, commit=exc_type is None)
             if exc is not None and is_database_error(exc):
-                # a host's statement in the block failed: coded, like cadence-store's
-                raise translate_database_error(exc, WRITE) from exc
+                # a host's statement in the block failed (journal calls raise coded
+                # errors): the host's failure, not an outage
+                raise translate_host_error(exc) from exc
         finally:
             release(transaction, connection)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ..errors import StoreUnavailableError
-from ..failures import WRITE, database_errors, is_database_error, translate_database_error
+from ..failures import WRITE, database_errors, is_database_error, translate_host_error
 from ..journal.validation import require_clock, require_root_hash
 from ..repository import Clock, RunRepository
 from ..schema import require_schema_name
@@ -151,8 +151,9 @@ class AsyncUnitOfWork:
         self._connection = self._transaction = self._runs = None
         await run_to_the_end(self._close(connection, transaction, commit=exc_type is None))
         if exc is not None and is_database_error(exc):
-            # a host's statement in the block failed: coded, like cadence-store's
-            raise translate_database_error(exc, WRITE) from exc
+            # a host's statement in the block failed (journal calls raise coded errors):
+            # the host's failure, not an outage
+            raise translate_host_error(exc) from exc
 
     async def _close(
         self, connection: AsyncConnection, transaction: JournalTransaction, *, commit: bool

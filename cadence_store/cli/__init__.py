@@ -129,7 +129,8 @@ def _missing_driver(url: str) -> InvalidInputError | None:
 
 def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A database URL that parses and whose driver is installed, refused up front
-    (`invalid-database-url` / `database-driver-missing`, exit 2)."""
+    (`invalid-database-url` / `database-driver-missing` / `in-memory-database-refused`,
+    exit 2)."""
     if not value:
         return value
     remember(value)
@@ -140,6 +141,17 @@ def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise InvalidInputError("invalid-database-url", str(error)) from None
     if missing_driver is not None:
         raise missing_driver
+    if parsed.get_backend_name() == "sqlite" and (
+        parsed.database in (None, "", ":memory:")
+        or str(parsed.query.get("mode")) == "memory"
+        or (parsed.database or "").startswith("file::memory:")
+    ):
+        # each command is one process: what it wrote would vanish as it exits
+        raise InvalidInputError(
+            "in-memory-database-refused",
+            "an in-memory SQLite database lasts only as long as one command; "
+            "give a file: --url sqlite:///PATH",
+        )
     if parsed.get_backend_name() == "sqlite" and parsed.database:
         if sqlite_path_has_nul(parsed.database):
             raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
@@ -151,7 +163,26 @@ def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
+_SCHEMA_KEY = "cadence_store.schema"
+
+
+def _remember_schema(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[_SCHEMA_KEY] = value
+
+
 def url_option(function: F) -> F:
+    """`--url`, and `--schema` beside it: every command that takes a URL can find
+    cadence-store's tables in a PostgreSQL schema (`schema_for` reads it)."""
+    with_schema = click.option(
+        "--schema",
+        default=None,
+        expose_value=False,
+        callback=_remember_schema,
+        metavar="NAME",
+        help="PostgreSQL schema of the cadence tables (default: $CADENCE_STORE_SCHEMA, "
+        "else the database's default schema; ignored for SQLite).",
+    )(function)
     return click.option(
         "--url",
         envvar="CADENCE_STORE_URL",
@@ -160,22 +191,13 @@ def url_option(function: F) -> F:
         metavar="URL",
         help="Database URL (default: $CADENCE_STORE_URL, else the embedded store of the "
         "current directory).",
-    )(function)
+    )(with_schema)
 
 
 def json_option(function: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
         function
     )
-
-
-def schema_option(function: F) -> F:
-    return click.option(
-        "--schema",
-        envvar="CADENCE_STORE_SCHEMA",
-        default=None,
-        help="PostgreSQL schema for the cadence tables (default: the database's default schema).",
-    )(function)
 
 
 # -- choosing and opening the database ------------------------------------------------------
@@ -200,12 +222,15 @@ def require_store_file(url: str) -> None:
 
 
 def schema_for(url: str | None, schema: str | None = None) -> str | None:
-    """The PostgreSQL schema of the cadence tables at `url`: `schema` if given, else
-    `$CADENCE_STORE_SCHEMA`. SQLite has no schemas, so a SQLite URL (or the embedded
-    store) gets none: one setting serves a copy between the two engines."""
+    """The PostgreSQL schema of the cadence tables at `url`: `schema` if given, else the
+    command's `--schema`, else `$CADENCE_STORE_SCHEMA`. SQLite has no schemas, so a
+    SQLite URL (or the embedded store) gets none: one setting serves a copy between the
+    two engines."""
     if not url or parse_url(url).get_backend_name() == "sqlite":
         return None
-    return schema or os.environ.get("CADENCE_STORE_SCHEMA") or None
+    ctx = click.get_current_context(silent=True)
+    given = None if ctx is None else ctx.meta.get(_SCHEMA_KEY)
+    return schema or given or os.environ.get("CADENCE_STORE_SCHEMA") or None
 
 
 def no_embedded_store() -> SchemaOutOfDateError:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import shlex
 import uuid
 from collections.abc import Callable
 
 import click
 
-from ..engine import masked_url
+from ..engine import url_argument
 from ..errors import LeaseFencedError
 from ..journal import ApprovalProof
 from ..store import RunStore
@@ -96,7 +95,7 @@ def run_demo(
         echo(f"  (owner-only state root of {root.consumer_root}; nothing was written here).")
     else:
         echo(f"The store lives at {location}.")
-    where = f" --url {shlex.quote(masked_url(url))}" if url else ""
+    where = f" --url {url_argument(url)}" if url else ""  # pasteable: no *** in it
     echo(f"Look around: cadence-store runs{where}; cadence-store show {run.run_id}{where}")
 
 

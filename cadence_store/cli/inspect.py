@@ -30,7 +30,6 @@ from . import (
     render,
     require_store_file,
     schema_for,
-    schema_option,
     url_option,
 )
 
@@ -39,8 +38,7 @@ from . import (
 
 @main.command()
 @url_option
-@schema_option
-def upgrade(url: str | None, schema: str | None) -> None:
+def upgrade(url: str | None) -> None:
     """Bring a database to the head revision (adopting a cadence 1.x store).
 
     Without --url (or $CADENCE_STORE_URL) the embedded store of the current directory is
@@ -51,7 +49,7 @@ def upgrade(url: str | None, schema: str | None) -> None:
     """
     if url:
         remember(url)
-        revision = upgrade_database(url, schema=schema_for(url, schema))
+        revision = upgrade_database(url, schema=schema_for(url))
         click.echo(f"{masked_url(url)} is at {revision} (head)")
         return
     with opened(None, create=True) as store:
@@ -153,6 +151,10 @@ def info(url: str | None, as_json: bool) -> None:
 @click.option("--stage", type=click.Choice(RUN_STAGES), help="Only runs of this stage.")
 @click.option("--change", help="Only runs bound to this change.")
 @click.option("--root-hash", help="Only runs of this consumer root hash.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (in run id order)."
+)
+@click.option("--after", metavar="RUN_ID", help="Only runs whose id sorts after RUN_ID (a page).")
 @json_option
 def list_runs(
     url: str | None,
@@ -160,12 +162,18 @@ def list_runs(
     stage: str | None,
     change: str | None,
     root_hash: str | None,
+    limit: int | None,
+    after: str | None,
     as_json: bool,
 ) -> None:
     """List runs (filter by state, stage, change); --json prints one projection per line.
 
+    With --limit, runs come in run id order, a page at a time: the next page starts
+    --after the last id shown.
+
     \b
     Example: cadence-store runs --stage abel-implement --state running --state paused
+    Example: cadence-store runs --limit 100 --after 3f0c...
     """
     with opened(url) as store:
         listed = store.list_runs(
@@ -173,8 +181,12 @@ def list_runs(
             state=states or None,
             change=change or None,
             root_hash=root_hash or None,
+            limit=limit,
+            after=after,
         )
-    rows = sorted(listed, key=lambda run: run.stage)  # by stage, then run id (stable sort)
+    paged = limit is not None or after is not None
+    # by stage, then run id (stable sort); a page keeps run id order, which pages follow
+    rows = listed if paged else sorted(listed, key=lambda run: run.stage)
     if as_json:
         for row in rows:
             click.echo(row.to_json())
@@ -196,6 +208,8 @@ def list_runs(
     out = render.console()
     out.print(listing)
     out.print(f"{len(rows)} run(s) in {describe(store)}")
+    if limit is not None and len(rows) == limit:
+        out.print(f"next page: add --after {rows[-1].run_id}")
 
 
 @main.command()

@@ -17,6 +17,7 @@ from . import (
     read_json_argument,
     url_option,
 )
+from .render import with_additions
 
 # -- leases ------------------------------------------------------------------------------------
 
@@ -61,7 +62,7 @@ def lease_acquire(
         granted = store.acquire_lease(
             run_id, operation_id, ttl_ms, preempt=preempt, exclusive=exclusive
         )
-    print_json(granted.to_dict())
+    print_json(with_additions(granted))
 
 
 @lease.command(name="renew")
@@ -76,7 +77,7 @@ def lease_renew(lease_json: str, ttl_ms: int, url: str | None) -> None:
     """
     with opened(url, create=True) as store:
         renewed = store.renew_lease(lease_argument(lease_json), ttl_ms)
-    print_json(renewed.to_dict())
+    print_json(with_additions(renewed))
 
 
 @lease.command(name="commit")
@@ -150,4 +151,4 @@ def lease_status(run_id: str, operation_id: str, url: str | None) -> None:
     """
     with opened(url) as store:
         status = store.inspect_operation(run_id, operation_id)
-    print_json(None if status is None else status.to_dict())
+    print_json(None if status is None else with_additions(status))

@@ -15,15 +15,17 @@ from typing import Any, Final
 from urllib.parse import quote, quote_plus
 
 import click
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..engine import masked_url
+from ..engine import is_secret_parameter, masked_url
 from ..errors import (
     CadenceStoreError,
+    HostWriteError,
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
@@ -48,6 +50,11 @@ EXIT_STORE: Final = 3
 # scheme://user:PASSWORD@ in any text (a URL the command was not told about)
 _URL_PASSWORD: Final = re.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)(?P<password>[^\s@'\"]+)@"
+)
+# password=VALUE (sslpassword=, token=, ...) in a URL's query or a libpq connection string
+_QUERY_SECRET: Final = re.compile(
+    r"(?P<key>\b[A-Za-z_]*(?:password|secret|token)[A-Za-z_]*\s*=\s*)(?P<value>[^&\s'\"]+)",
+    re.IGNORECASE,
 )
 # a password shorter than this is not searched for inside a text: the text is withheld
 _MIN_SCRUB_LENGTH: Final = 4
@@ -77,22 +84,30 @@ def scrub(text: str, urls: Iterable[str] = ()) -> str:
             continue
         text = text.replace(url, masked_url(url))
         try:
-            password = make_url(url).password
+            parsed = make_url(url)
         except (ArgumentError, ValueError, TypeError):
-            password = None
-        if password:
-            secret = str(password)
+            continue
+        secrets = [str(value) for key, value in parsed.query.items() if is_secret_parameter(key)]
+        for secret in filter(None, [str(parsed.password or ""), *secrets]):
             for form in {secret, quote(secret, safe=""), quote_plus(secret)}:
                 if form in text:
                     if len(form) < _MIN_SCRUB_LENGTH:
                         return _WITHHELD
                     text = text.replace(form, "***")
-    return _URL_PASSWORD.sub(r"\g<head>***@", text)
+    text = _URL_PASSWORD.sub(r"\g<head>***@", text)
+    return _QUERY_SECRET.sub(r"\g<key>***", text)
 
 
 def hint(error: CadenceStoreError) -> str:
     """What to do about an expected failure, in one line."""
     if isinstance(error, SchemaOutOfDateError):
+        command = error.command
+        if "postgresql" in command and "--url" in command and "--schema" not in command:
+            # the store may be in a schema this command was not told about
+            return (
+                f"run: {command} (or, if cadence-store's tables are in a PostgreSQL "
+                "schema, repeat this command with --schema NAME)"
+            )
         return f"run: {error.command}"
     if isinstance(error, StoreFormatError):
         return error.hint
@@ -100,6 +115,20 @@ def hint(error: CadenceStoreError) -> str:
         return "the upgrade was rolled back and nothing changed; fix the cause and run it again"
     if isinstance(error, StoreBusyError):
         return "another writer is holding the store; retry in a moment"
+    if isinstance(error, HostWriteError):
+        return "the database refused the host's own row; nothing was kept: fix the row"
+    if error.code == "run-store-auth-failed":
+        return (
+            "the server refused the login: check the user and password (in the URL, "
+            "$PGPASSWORD or ~/.pgpass) and pg_hba.conf"
+        )
+    if error.code == "run-store-not-a-database":
+        return "that file is not a SQLite database (or it is encrypted): check the path in --url"
+    if error.code in ("run-store-read-failed", "run-store-write-failed"):
+        return (
+            "the database refused a statement of cadence-store's (a missing or altered "
+            "table?); nothing was kept: check `cadence-store info` and restore the schema"
+        )
     if isinstance(error, StoreUnavailableError):
         return "check the database URL, that the server is reachable and the file is writable"
     if isinstance(error, StateRootError):
@@ -120,9 +149,16 @@ def hint(error: CadenceStoreError) -> str:
     if isinstance(error, InvalidTransitionError):
         return "the run's state does not allow that; see `cadence-store show RUN_ID`"
     if isinstance(error, OperationConflictError):
+        if error.code == "operation-already-running":
+            return (
+                "that operation is running under a live lease: wait for it (`cadence-store "
+                "lease status RUN_ID OPERATION_ID`), or take it over with --preempt"
+            )
         if error.code in ("run-id-conflict", "run-lookup-conflict"):
             return "the destination holds different runs under those ids; nothing was written"
         return "the request contradicts what is recorded; use a new operation id or check the run"
+    if error.code == "in-memory-database-refused":
+        return "give a database file instead: --url sqlite:///PATH"
     if error.code == "invalid-change":
         return (
             "a change is 1-128 characters of a-z, 0-9 and '-', starting and ending with a "
@@ -147,6 +183,12 @@ def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]
         lines.append(f"  {detail}")
     lines.append(f"  {scrub(hint(error), known)}")
     return lines
+
+
+def with_additions(value: BaseModel) -> dict[str, Any]:
+    """A value's camelCase JSON with cadence-store's additions (a lease's `fence`), which
+    `to_dict()`, cadence 1.x's object, leaves out."""
+    return value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def printable(text: str) -> str:

@@ -2,20 +2,47 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
 from ..parallel_verify import verify_runs
 from ..transfer import RunCheck, iter_verify_export
-from . import describe, main, open_input, opened, progress_bar, render, url_option
+from . import describe, json_option, main, open_input, opened, progress_bar, render, url_option
 
 # -- verification ---------------------------------------------------------------------------
 
 
-def _report_checks(results: Sequence[RunCheck], label: str) -> None:
+def _check_json(check: RunCheck) -> dict[str, Any]:
+    """One broken run as JSON: what `_report_checks` prints, field by field."""
+    fields = {
+        "runId": check.run_id,
+        "line": check.line,
+        "code": check.code,
+        "sequence": check.sequence,
+        "field": check.field,
+        "operationId": check.operation_id,
+        "detail": check.detail,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _report_checks(results: Sequence[RunCheck], label: str, *, as_json: bool = False) -> None:
     broken = [check for check in results if not check.ok]
+    if as_json:
+        report = {
+            "database": label,
+            "verified": len(results),
+            "ok": len(results) - len(broken),
+            "broken": [_check_json(check) for check in broken],
+        }
+        click.echo(render.printable(json.dumps(report, ensure_ascii=False)))
+        if broken:
+            sys.exit(render.EXIT_CORRUPT)
+        return
     for check in broken:
         where = f"line {check.line}: " if check.line is not None else ""
         if check.detail.startswith(where):  # a record's parse error already names its line
@@ -30,7 +57,7 @@ def _report_checks(results: Sequence[RunCheck], label: str) -> None:
         sys.exit(render.EXIT_CORRUPT)
 
 
-def _verify_file(path: str) -> None:
+def _verify_file(path: str, *, as_json: bool) -> None:
     results: list[RunCheck] = []
     with open_input(path) as lines, progress_bar() as bar:
         task = bar.add_task("verifying", total=None)
@@ -38,7 +65,7 @@ def _verify_file(path: str) -> None:
             results.append(check)
             bar.advance(task)
         bar.update(task, total=len(results))
-    _report_checks(results, path)
+    _report_checks(results, path, as_json=as_json)
 
 
 @main.command()
@@ -59,7 +86,10 @@ def _verify_file(path: str) -> None:
     metavar="N",
     help="Verify the database's runs across N processes.",
 )
-def verify(run_ids: Sequence[str], url: str | None, file_: str | None, jobs: int) -> None:
+@json_option
+def verify(
+    run_ids: Sequence[str], url: str | None, file_: str | None, jobs: int, as_json: bool
+) -> None:
     """Verify hash chains and stored projections (all runs, or the ones named).
 
     Names every broken run, its first bad sequence and what differs; exits 1 if any.
@@ -68,11 +98,12 @@ def verify(run_ids: Sequence[str], url: str | None, file_: str | None, jobs: int
     Example: cadence-store verify --url sqlite:///control.sqlite3
     Example: cadence-store verify --jobs 2 --url postgresql+psycopg://app@db/cadence
     Example: cadence-store verify --file runs.jsonl
+    Example: cadence-store verify --json (one JSON object: counts and every broken run)
     """
     if file_ is not None:
         if run_ids:
             raise click.UsageError("--file checks a whole export; do not name runs with it")
-        _verify_file(file_)
+        _verify_file(file_, as_json=as_json)
         return
     with opened(url) as store:
         ids = list(run_ids) if run_ids else store.run_ids()
@@ -82,4 +113,4 @@ def verify(run_ids: Sequence[str], url: str | None, file_: str | None, jobs: int
             task = bar.add_task("verifying runs", total=len(ids))
             results = verify_runs(store, ids, jobs=jobs, on_result=lambda _: bar.advance(task))
         label = describe(store)
-    _report_checks(results, label)
+    _report_checks(results, label, as_json=as_json)

@@ -14,9 +14,14 @@ from .values import ApprovalProof, BindDelivery, OperationLease
 from .vocabulary import DESIGN_STAGE, GATE_VALUES
 
 CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
-# ASCII only: Python would otherwise also fold U+0130/U+0131 into [a-z], which cadence 1.x
-# (JavaScript /iu) never accepted.
-IDENTIFIER = re.compile(r"[a-z0-9](?:[a-z0-9._:-]{0,126}[a-z0-9])?", re.IGNORECASE | re.ASCII)
+# cadence 1.x: /^[a-z0-9](?:[a-z0-9._:-]{0,126}[a-z0-9])?$/iu. JavaScript's /iu folds
+# exactly two code points outside ASCII into [a-z]: U+017F (long s) and U+212A (Kelvin sign).
+# Spelled out, because Python's re.IGNORECASE folds others too (U+0130, U+0131).
+# tests/fixtures/identifier-code-points.json holds what the real regex accepts.
+_IDENTIFIER_EDGE = "a-zA-Z0-9\u017f\u212a"
+IDENTIFIER = re.compile(
+    f"[{_IDENTIFIER_EDGE}](?:[{_IDENTIFIER_EDGE}._:-]{{0,126}}[{_IDENTIFIER_EDGE}])?"
+)
 SHA256 = re.compile(r"[a-f0-9]{64}")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
 DELIVERY_GATES = GATE_VALUES
@@ -63,6 +68,22 @@ def require_run_id(value: object) -> str:
     if not is_storable(value):
         raise RunNotFoundError("run-not-found")  # no run can have this id
     return value
+
+
+def require_run_id_text(value: object) -> str:
+    """A run id whose lookup comes later (cadence 1.x checks a lease before the run)."""
+    if not isinstance(value, str):
+        raise InvalidInputError("invalid-run-id")
+    return value
+
+
+def require_findable_run(run_id: str, lease: OperationLease | None) -> None:
+    """A run id no database can hold names no run: a lease presented with it is another
+    run's (`lease-fenced`, cadence 1.x's first check), else `run-not-found`."""
+    if not is_storable(run_id):
+        if lease is not None:
+            raise LeaseFencedError("lease-fenced")
+        raise RunNotFoundError("run-not-found")
 
 
 def require_clock(value: object) -> Any:
@@ -131,12 +152,27 @@ def lookup_keys(
     return [f"provisional:{key}" for key in unique]
 
 
+def _integral_numbers(value: Mapping[Any, Any], names: frozenset[str]) -> dict[Any, Any]:
+    """A copy of the mapping with its integral floats under `names` as ints: cadence 1.x's
+    numbers are JavaScript's, where 3.0 is 3 (one rule with `as_safe_integer`)."""
+    fields = dict(value)
+    for name in names & fields.keys():
+        number = fields[name]
+        if isinstance(number, float) and (integral := as_safe_integer(number)) is not None:
+            fields[name] = integral
+    return fields
+
+
+_PROOF_NUMBERS: Final = frozenset({"revision"})
+_LEASE_NUMBERS: Final = frozenset({"expires_at", "expiresAt", "fence"})
+
+
 def coerce_approval_proof(value: object) -> ApprovalProof | None:
     if value is None or isinstance(value, ApprovalProof):
         proof = value
     elif isinstance(value, Mapping):
         try:
-            proof = ApprovalProof.model_validate(dict(value))
+            proof = ApprovalProof.model_validate(_integral_numbers(value, _PROOF_NUMBERS))
         except ValidationError:
             raise InvalidInputError("invalid-delivery-binding") from None
     else:
@@ -157,7 +193,7 @@ def coerce_lease(value: object) -> OperationLease:
         lease = value
     elif isinstance(value, Mapping):
         try:
-            lease = OperationLease.model_validate(dict(value))
+            lease = OperationLease.model_validate(_integral_numbers(value, _LEASE_NUMBERS))
         except ValidationError:
             pass
     if lease is None:
@@ -214,7 +250,7 @@ def check_delivery(
     proof = coerce_approval_proof(approval_proof)
     checked_lease = coerce_optional_lease(lease)
     return BindDelivery.model_construct(
-        run_id=require_run_id(run_id),
+        run_id=require_run_id_text(run_id),
         gate=gate_,
         revision=revision_,
         receipt_hash=receipt_,
@@ -272,7 +308,7 @@ def check_deliveries(inputs: object) -> list[BindDelivery]:
         raise InvalidInputError("delivery-binding-empty")
     first = requests[0]
     token = first.lease.token if first.lease else None
-    if any(
+    if not first.run_id or any(
         r.run_id != first.run_id or (r.lease.token if r.lease else None) != token for r in requests
     ):
         raise InvalidInputError("delivery-binding-write-invalid")

@@ -1,7 +1,10 @@
 """The public value types: pydantic models with snake_case attributes and cadence 1.x aliases.
 
-`model_dump(mode="json", by_alias=True, exclude_none=True)` gives the object cadence 1.x
-returned. A `RunProjection` made from a stored or reduced projection also keeps that
+`to_dict()` gives exactly the object cadence 1.x returned: cadence-store's additions to it
+(`fence`) are attributes, shown by `model_dump()`, never by `to_dict()`. Strings stay as
+stored, lone surrogates included (valid in JavaScript, so in cadence 1.x's outcomes and
+payloads): `to_dict()`, `model_dump(mode="json")` and `model_dump_json()` never re-encode
+them. A `RunProjection` made from a stored or reduced projection also keeps that
 object's exact key order (`document()` / `to_json()`), which cadence 1.x's byte-level
 comparisons depend on.
 """
@@ -9,10 +12,14 @@ comparisons depend on.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal, TypeVar
+import json
+import math
+from enum import Enum
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticSerializationError
 
 from .canonical import js_stringify
 
@@ -33,14 +40,68 @@ def _construct(model: type[ModelT], values: dict[str, Any]) -> ModelT:
     return instance
 
 
+def _json_ready(value: Any) -> Any:
+    """A python-mode dump as JSON mode has it (lists, enum values, non-finite floats as
+    null), with every string kept as it is: pydantic's JSON mode passes strings through
+    UTF-8, which turns a lone surrogate into U+FFFD or raises."""
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(item) for item in value]
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 class _Value(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
     )
 
+    # cadence-store's additions to the cadence 1.x object: attributes, left out of to_dict()
+    cadence_additions: ClassVar[frozenset[str]] = frozenset()
+
     def to_dict(self) -> dict[str, Any]:
-        """The cadence 1.x (camelCase) object."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """Exactly the cadence 1.x (camelCase) object: fields that are None left out, and
+        cadence-store's additions (`cadence_additions`) too, at every level."""
+        cadence_object: dict[str, Any] = _json_ready(self._cadence_object())
+        return cadence_object
+
+    def _cadence_object(self) -> dict[str, Any]:
+        fields = type(self).model_fields
+        return {
+            field.alias or name: item._cadence_object()
+            if isinstance(item, _Value)
+            else tuple(
+                part._cadence_object() if isinstance(part, _Value) else part for part in item
+            )
+            if isinstance(item, tuple)
+            else item
+            for name, field in fields.items()
+            if name not in self.cadence_additions and (item := getattr(self, name)) is not None
+        }
+
+    def model_dump(self, *, mode: str = "python", **options: Any) -> dict[str, Any]:
+        if mode == "json":
+            dumped: dict[str, Any] = _json_ready(super().model_dump(mode="python", **options))
+            return dumped
+        return super().model_dump(mode=mode, **options)
+
+    def model_dump_json(
+        self, *, indent: int | None = None, ensure_ascii: bool = False, **options: Any
+    ) -> str:
+        try:
+            return super().model_dump_json(indent=indent, ensure_ascii=ensure_ascii, **options)
+        except PydanticSerializationError:
+            # a lone surrogate, which UTF-8 cannot carry: written as JSON.stringify does
+            # (a \udxxx escape), every other non-ASCII character escaped too
+            return json.dumps(
+                self.model_dump(mode="json", **options),
+                indent=indent,
+                separators=(",", ":") if indent is None else None,
+            )
 
 
 class ApprovalProof(_Value):
@@ -144,7 +205,12 @@ class RunProjection(_Value):
         """The projection object in cadence 1.x key order (a copy)."""
         if self._document is not None:
             return copy.deepcopy(self._document)
-        return self.to_dict()
+        return super().to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cadence 1.x object, in its key order when the projection was stored or
+        built by this library (`document()`)."""
+        return self.document()
 
     def to_json(self) -> str:
         """`JSON.stringify` of the projection, as cadence 1.x stored it."""
@@ -167,6 +233,8 @@ class OperationLease(_Value):
     resources outside it. A lease given in cadence 1.x's shape (no `fence`) has fence 0:
     its token alone identifies the grant."""
 
+    cadence_additions: ClassVar[frozenset[str]] = frozenset({"fence"})
+
     run_id: StrictStr
     operation_id: StrictStr
     token: StrictStr
@@ -176,6 +244,8 @@ class OperationLease(_Value):
 
 class OperationStatus(_Value):
     """How an operation stands: running, committed or interrupted, with outcome and fence."""
+
+    cadence_additions: ClassVar[frozenset[str]] = frozenset({"fence"})
 
     state: Literal["running", "committed", "interrupted"]
     outcome: dict[str, Any] | None = None

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, Table, func, select, tuple_
 from sqlalchemy.engine import URL
 
 from ..engine import create_store_engine, read_snapshot
-from ..errors import CadenceStoreError, InvalidInputError, OperationConflictError
+from ..errors import InvalidInputError, OperationConflictError, RunNotFoundError
 from ..failures import READ, WRITE, database_errors
 from ..models import delivery_bindings, events, operations, runs
 from ..schema import assert_at_head, schema_options, store_schema
@@ -473,7 +473,7 @@ def copy_store(
                 for run_id in ids:
                     found_record = read_record(reader, run_id)
                     if found_record is None:  # pragma: no cover - the snapshot holds it
-                        raise CadenceStoreError("run-not-found", run_id)
+                        raise RunNotFoundError("run-not-found", run_id)
                     records.append(found_record)
                 _write_batch(destination_engine, records, report, batch_size, copied)
     return report

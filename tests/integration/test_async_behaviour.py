@@ -18,6 +18,7 @@ import pytest
 from integration import (
     test_store_atomic,
     test_store_bindings,
+    test_store_cadence1x_parity,
     test_store_leases,
     test_store_reading,
     test_store_start_run,
@@ -38,6 +39,7 @@ SYNC_ONLY = {
         "test_transition_atomically_commits_the_host_write_with_the_journal",
         "test_bind_deliveries_atomically_binds_all_in_one_transaction",
         "test_a_raising_write_rolls_back_event_binding_and_receipt",
+        "test_a_host_flush_failing_inside_the_block_or_write_is_the_hosts",
         "test_exception_in_unit_of_work_rolls_back_everything",
         "test_a_replayed_transition_atomically_writes_the_host_row_once",
         "test_a_replayed_bind_delivery_atomically_writes_the_host_row_once",
@@ -136,6 +138,7 @@ def _is_fixture(value: object) -> bool:
 for _module in (
     test_store_atomic,
     test_store_bindings,
+    test_store_cadence1x_parity,
     test_store_leases,
     test_store_reading,
     test_store_start_run,

@@ -115,7 +115,7 @@ COMMON: dict[str, tuple[str, Invoke]] = {
     "assert_lease": (WRITE_FAILED, _call("LEASE")),
     "commit_lease": (WRITE_FAILED, _call("LEASE", {"applied": True})),
     "interrupt_lease": (WRITE_FAILED, _call("LEASE")),
-    "inspect_operation": (WRITE_FAILED, _call("RUN", "apply-1")),
+    "inspect_operation": (READ_FAILED, _call("RUN", "apply-1")),
     "recover_expired_leases": (WRITE_FAILED, _call()),
     "status": (READ_FAILED, _call("RUN")),
     "list_events": (READ_FAILED, _call("RUN")),
@@ -139,7 +139,8 @@ STORE_CALLS: dict[str, tuple[str, Invoke]] = {
         _call("RUN", "paused", operation_id="pause-1", write=_write_nothing),
     ),
     "iter_events": (READ_FAILED, _stream),
-    "unit_of_work": (WRITE_FAILED, _host_statement_in_unit_of_work),
+    # the host's own statement was refused: the host's failure (HostWriteError)
+    "unit_of_work": ("run-store-host-write-failed", _host_statement_in_unit_of_work),
 }
 STORE_WITHOUT_DATABASE_WORK = {"aclose", "open"}  # open: RunStore.open, tested there
 

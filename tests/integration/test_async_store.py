@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine, create_engine, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
 from support import ROOT_HASH, FakeClock, table_snapshot
 
 import cadence_store
@@ -29,6 +30,7 @@ from cadence_store import (
     AsyncRunRepository,
     AsyncRunStore,
     CadenceStoreError,
+    HostWriteError,
     RunStore,
     SchemaOutOfDateError,
     StoreUnavailableError,
@@ -44,6 +46,14 @@ HOST_ROWS = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("note", sa.Text, nullable=False),
 )
+
+
+class _HostBase(DeclarativeBase):
+    metadata = HOST
+
+
+class HostRow(_HostBase):
+    __table__ = HOST_ROWS
 
 
 @pytest.fixture
@@ -366,6 +376,47 @@ def test_a_raising_write_coroutine_leaves_nothing_written(async_url: str, db: En
     asyncio.run(scenario())
     with db.connect() as connection:
         assert connection.execute(select(HOST_ROWS.c.id)).scalars().all() == [8]
+
+
+def test_a_host_integrity_error_is_the_hosts_not_an_outage(async_url: str, db: Engine) -> None:
+    """A host row that fails its constraint, in a `write=` coroutine or a unit of work:
+    `HostWriteError` (not `StoreUnavailableError`), carrying the host's exception; nothing
+    kept, the callback not re-run."""
+    calls: list[str] = []
+
+    async def scenario() -> None:
+        async with AsyncRunStore(async_url, root_hash=ROOT_HASH) as store:
+            run = await store.start_run("abel-implement", change="c", operation_id="start")
+            async with store.unit_of_work() as uow:
+                await uow.session.execute(sa.insert(HOST_ROWS).values(id=1, note="taken"))
+            before = table_snapshot(db)
+
+            async def duplicate(session: AsyncSession) -> None:
+                calls.append("write")
+                await session.execute(sa.insert(HOST_ROWS).values(id=1, note="again"))
+
+            failures = []
+            with pytest.raises(CadenceStoreError) as info:
+                await store.transition_atomically(
+                    run.run_id, "paused", operation_id="pause", write=duplicate
+                )
+            failures.append(info.value)
+            with pytest.raises(CadenceStoreError) as info:
+                async with store.unit_of_work() as uow:
+                    await uow.runs.transition(run.run_id, "paused", operation_id="pause")
+                    uow.session.add(HostRow(id=1, note="again"))
+            failures.append(info.value)
+            for failure in failures:
+                assert type(failure) is HostWriteError
+                assert not isinstance(failure, StoreUnavailableError)
+                assert failure.code == "run-store-host-write-failed"
+                assert isinstance(failure.host_error, sa.exc.IntegrityError)
+            assert table_snapshot(db) == before
+
+    asyncio.run(scenario())
+    assert calls == ["write"]
+    with db.connect() as connection:
+        assert connection.execute(select(HOST_ROWS.c.note)).scalars().all() == ["taken"]
 
 
 def test_replayed_atomic_calls_run_the_write_coroutine_once(async_url: str, db: Engine) -> None:

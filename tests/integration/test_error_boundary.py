@@ -118,6 +118,7 @@ READS = frozenset(
         "iter_event_rows",
         "rebuild_projection",
         "verify_integrity",
+        "inspect_operation",  # a read, unless it marks an expired lease interrupted
         "run_ids",
         "recorded_outcome",
         "list_runs",

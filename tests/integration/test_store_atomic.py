@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, Text, create_engine, func, select
+from sqlalchemy.exc import IntegrityError as HostIntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
 
 from cadence_store import (
     BindDelivery,
     CadenceStoreError,
+    HostWriteError,
     InvalidInputError,
     LeaseFencedError,
     OperationConflictError,
@@ -201,12 +203,14 @@ def test_a_failing_host_flush_rolls_back_the_journal(store, host_tables, snapsho
     )
     before = snapshot()
 
-    # in a unit of work: the host's failing flush rolls the journal calls back
+    # in a unit of work: the host's failing flush rolls the journal calls back; the
+    # failure is the host's (a distinct class and code carrying the driver's error), not
+    # an outage whose outcome is unknown
     with pytest.raises(CadenceStoreError) as info, store.unit_of_work() as uow:
         uow.runs.transition(run.run_id, "validating-delivery", operation_id="t2")
         uow.session.add(HostRow(id=1, note="duplicate primary key"))
     assert snapshot() == before
-    assert info.value.code == "run-store-write-failed"
+    assert_host_integrity_error(info.value)
     calls = []
 
     def duplicate(session):
@@ -221,7 +225,44 @@ def test_a_failing_host_flush_rolls_back_the_journal(store, host_tables, snapsho
     assert host_tables() == 1
     # the database refused the host's write: not a busy store, and write() ran once
     assert calls == [1], (len(calls), info.value.code)
-    assert info.value.code == "run-store-write-failed"
+    assert_host_integrity_error(info.value)
+
+
+def test_a_host_flush_failing_inside_the_block_or_write_is_the_hosts(store, host_tables, snapshot):
+    """The host flushes itself (a sync Session): its IntegrityError is `HostWriteError`."""
+    run = store.start_run("abel-implement", change="ship-it", operation_id="s1")
+    store.transition_atomically(
+        run.run_id, "paused", operation_id="t1", write=lambda s: s.add(HostRow(id=1, note="a"))
+    )
+    before = snapshot()
+    with pytest.raises(CadenceStoreError) as info, store.unit_of_work() as uow:
+        uow.runs.transition(run.run_id, "validating-delivery", operation_id="t2")
+        uow.session.add(HostRow(id=1, note="duplicate primary key"))
+        uow.session.flush()
+    assert snapshot() == before
+    assert_host_integrity_error(info.value)
+    calls = []
+
+    def duplicate_flushed(session):
+        calls.append(1)
+        session.add(HostRow(id=1, note="duplicate primary key"))
+        session.flush()  # fails inside write()
+
+    with pytest.raises(CadenceStoreError) as info:
+        store.bind_delivery_atomically(
+            run.run_id, "gate-a", 1, A, operation_id="b2", write=duplicate_flushed
+        )
+    assert snapshot() == before
+    assert calls == [1]
+    assert_host_integrity_error(info.value)
+
+
+def assert_host_integrity_error(error: CadenceStoreError) -> None:
+    assert type(error) is HostWriteError, type(error)
+    assert not isinstance(error, StoreUnavailableError | StoreBusyError)
+    assert error.code == "run-store-host-write-failed"
+    assert isinstance(error.host_error, HostIntegrityError)
+    assert error.__cause__ is not None
 
 
 def test_transition_atomically_replay_does_not_run_write_again(store, host_tables, request):

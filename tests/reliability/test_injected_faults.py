@@ -493,7 +493,8 @@ def test_a_deferred_foreign_key_failing_at_commit_keeps_nothing(
         before = snapshot(db)
         with pytest.raises(CadenceStoreError) as info:
             attempt()
-        assert info.value.code == "run-store-write-failed", (number, info.value)
+        # the host's row failed its constraint: the host's failure, not an outage
+        assert info.value.code == "run-store-host-write-failed", (number, info.value)
         assert snapshot(db) == before, f"attempt {number}: the failed commit kept rows"
         assert _probe_rows(db) == []
     assert calls == [1] * len(attempts)  # a refused commit is not retried
@@ -516,7 +517,7 @@ def test_a_deferred_foreign_key_in_a_unit_of_work(store: RunStore, db: Engine, f
         uow.runs.transition(run.run_id, "paused", operation_id="t1")
         uow.runs.bind_delivery(run.run_id, "gate-a", 1, A, operation_id="b1")
         uow.session.execute(text("INSERT INTO fk_probe (run_id) VALUES ('ghost')"))
-    assert info.value.code == "run-store-write-failed"
+    assert info.value.code == "run-store-host-write-failed"
     assert snapshot(db) == before
     assert _probe_rows(db) == []
 
