@@ -30,6 +30,7 @@ from typing import Final, TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
+from .call_budget import watch_connection
 from .failures import WRITE, database_errors
 from .repository import Clock, RunRepository
 from .shape import is_store_ready
@@ -109,6 +110,7 @@ class DirectWrites:
             with self._lock:
                 kept, self._kept = self._kept, None
             if kept is not None:
+                watch_connection(kept[0].dbapi_connection)
                 return kept
         with database_errors(WRITE):
             pooled = self._engine.raw_connection()

@@ -17,10 +17,15 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from .call_budget import bound_attempts
+from .database_url import driver_options
+from .database_url import parse_url as _parse_url
 from .errors import InvalidInputError
+
+parse_url = _parse_url  # callers import it from here
 
 BUSY_TIMEOUT_MS: Final = 10_000
 
@@ -49,13 +54,6 @@ def driver_in_transaction(raw: Any) -> bool:
     return bool(state)
 
 
-def parse_url(url: str | URL) -> URL:
-    try:
-        return make_url(url)
-    except (ArgumentError, ValueError, TypeError) as error:
-        raise InvalidInputError("invalid-database-url", str(error)) from None
-
-
 def _set_session_pragmas(dbapi_connection: Any, *, wal: bool) -> None:
     cursor = dbapi_connection.cursor()
     try:
@@ -74,10 +72,21 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     On SQLite each connection gets foreign_keys, busy_timeout and synchronous=FULL, but
     not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
     (adoption, head revision) before anything changes it. `enable_wal` follows the check.
+
+    On psycopg, statements are never prepared on the server (`prepare_threshold=None`,
+    unless the URL or `connect_args` say otherwise): behind a transaction pooler
+    (PgBouncer) the next transaction may run on another server connection, where the
+    prepared statement does not exist or is another one. Each attempt of a call is
+    bounded by what is left of its `failover_timeout_s` (`call_budget`).
     """
+    parsed, arguments = driver_options(parse_url(url))
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+        connect_args = {"prepare_threshold": None, **arguments}
+        connect_args.update(engine_options.get("connect_args") or {})
+        engine_options = {**engine_options, "connect_args": connect_args}
     try:
-        engine = create_engine(parse_url(url), **engine_options)
-    except (ImportError, NoSuchModuleError, ArgumentError, TypeError) as error:
+        engine = create_engine(parsed, **engine_options)
+    except (ImportError, NoSuchModuleError, ArgumentError, TypeError, ValueError) as error:
         # an unknown dialect, a driver that is not installed, or bad engine options
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None
     if is_sqlite(engine) and "\x00" in (engine.url.database or ""):
@@ -85,6 +94,8 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
         # no file can have this name (the driver would raise a bare ValueError)
         raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
     use_store_pragmas(engine)
+    if is_postgresql(engine):
+        bound_attempts(engine)
     return engine
 
 
@@ -196,6 +207,6 @@ def begin_immediate(connection: Connection) -> None:
 def masked_url(url: str | URL) -> str:
     """The URL with any password hidden, fit for messages and logs."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError, TypeError):
+        return parse_url(url).render_as_string(hide_password=True)
+    except InvalidInputError:
         return "<invalid database url>"

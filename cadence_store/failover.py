@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from .call_budget import call_budget
 from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
-from .failures import is_connection_lost
+from .failures import is_connection_lost, is_database_error
 
 T = TypeVar("T")
 
@@ -65,19 +66,26 @@ class Failover:
         self._sleep = sleep
 
     def run(self, attempt: Callable[[bool], T]) -> T:
-        deadline: float | None = None
+        """The whole call, first attempt included, ends within `timeout_s` (+ the last
+        backoff's rounding): a stuck attempt is interrupted (`call_budget`)."""
+        if self.timeout_s <= 0:
+            return attempt(False)
+        with call_budget(self.timeout_s) as budget:
+            return self._run(attempt, budget.expired_flag)
+
+    def _run(self, attempt: Callable[[bool], T], expired: Callable[[], bool]) -> T:
+        deadline = self._monotonic() + self.timeout_s
         retries = 0
         while True:
             try:
                 return attempt(retries > 0)
             except CadenceStoreError as error:
                 cause = error.__cause__
-                if self.timeout_s <= 0 or not is_connection_lost(cause):
+                interrupted = expired() and cause is not None and is_database_error(cause)
+                if not interrupted and not is_connection_lost(cause):
                     raise
                 now = self._monotonic()
-                if deadline is None:
-                    deadline = now + self.timeout_s
-                if now >= deadline:
+                if interrupted or now >= deadline:
                     raise StoreUnavailableError(
                         "run-store-unavailable",
                         f"no primary answered within {self.timeout_s:g} s "

@@ -9,7 +9,11 @@ Codes: `run-store-busy` (other writers held the store past the wait or retry bud
 full, I/O error, unreachable, lost connection), `run-store-read-failed` /
 `run-store-write-failed` (the database refused a statement of a read / a write, e.g. a
 missing table or a constraint; nothing of the call was kept). Classification is by the
-driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by message text.
+driver's result code (SQLite) or SQLSTATE (PostgreSQL). The one exception is a lost
+connection that psycopg reports with no SQLSTATE (`pooler_symptom`): behind a pooler
+(PgBouncer) a server connection lost mid-transaction surfaces as "received 2 results from
+command 'COMMIT'" or "server closed the connection"; such a call's outcome is unknown,
+never "nothing was kept".
 """
 
 from __future__ import annotations
@@ -106,14 +110,47 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
     if state is None and code is None and type(orig).__name__ == "OperationalError":
         # no SQLSTATE: the server never answered (refused, unreachable, auth)
         return StoreUnavailableError("run-store-unavailable", detail)
+    if state is None and code is None and pooler_symptom(orig):
+        return StoreUnavailableError("run-store-unavailable", detail)
     return StoreUnavailableError(f"run-store-{access}-failed", detail)
 
 
+# What psycopg says, with no SQLSTATE, when the connection under it was lost or swapped:
+# a pooler answered a command with another server connection's leftovers ("received 2
+# results from command 'BEGIN'"), the socket closed, or PgBouncer gave up waiting for a
+# server (`query_wait_timeout`, `client_login_timeout`: it closes the client's connection).
+_POOLER_SYMPTOMS: Final = (
+    "results from command",
+    "server closed the connection",
+    "query_wait_timeout",
+    "client_login_timeout",
+    "server conn crashed",
+    "the connection is lost",
+    "connection is bad",
+    "consuming input failed",
+)
+
+
+def pooler_symptom(error: BaseException) -> bool:
+    """A psycopg error with no SQLSTATE that means the server connection was lost."""
+    orig = _driver_error(error)
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(orig, psycopg.Error) or sqlstate(orig) is not None:
+        return False
+    if not isinstance(
+        orig, psycopg.InternalError | psycopg.OperationalError | psycopg.InterfaceError
+    ):
+        return False
+    message = str(orig).lower()
+    return any(symptom in message for symptom in _POOLER_SYMPTOMS)
+
+
 # PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
-# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), the whole connection
-# exception class (08xxx), and a read-only transaction (25006): a connection a failover
-# left on a standby.
-_CONNECTION_LOST_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "25006"})
+# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), idle session timeout
+# (57P05: the server closed an idle pooled connection), the whole connection exception
+# class (08xxx, PgBouncer's own errors among them), and a read-only transaction (25006): a
+# connection a failover left on a standby.
+_CONNECTION_LOST_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "57P05", "25006"})
 
 
 def is_connection_lost(error: BaseException | None) -> bool:
@@ -135,8 +172,9 @@ def is_connection_lost(error: BaseException | None) -> bool:
     if state is not None:
         return state in _CONNECTION_LOST_SQLSTATES or state.startswith("08")
     # psycopg reports a refused or dropped connection ("server closed the connection
-    # unexpectedly", "connection is bad", no read-write host) with no SQLSTATE
-    return type(orig).__name__ == "OperationalError"
+    # unexpectedly", "connection is bad", no read-write host) with no SQLSTATE, and a
+    # pooler's lost server connection as an InternalError ("received 2 results")
+    return type(orig).__name__ == "OperationalError" or pooler_symptom(orig)
 
 
 class _DatabaseErrors:
@@ -211,6 +249,7 @@ __all__ = [
     "is_database_error",
     "is_connection_lost",
     "is_retryable",
+    "pooler_symptom",
     "sqlstate",
     "translate_database_error",
 ]
