@@ -19,6 +19,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from cadence_store import RunStore
+from cadence_store.engine import parse_url
 
 ROOT_HASH = "ab" * 32
 WRITER = Path(__file__).resolve().parent / "pooler_writer.py"
@@ -143,7 +144,7 @@ def run_writers(
 def check_journal(url: str, plans: list[Plan], logs: list[CallLog]) -> dict[str, int]:
     """Lost and doubled writes on `url` (the primary, reached directly); chains verified."""
     lost = doubled = 0
-    engine = create_engine(url)
+    engine = create_engine(parse_url(url))  # the multi-host forms too
     try:
         with engine.connect() as connection:
             for plan, log in zip(plans, logs, strict=True):

@@ -5,7 +5,8 @@ RUN_ID through its own store on URL, with the store's default settings but for
 `failover_timeout_s`, until the file STOP exists. MODE: ``sync`` (`RunStore`), ``async``
 (`AsyncRunStore`) or ``schema:NAME`` (`RunStore(schema=NAME)`). Each round is a
 transition (operation PREFIX-N), and every fourth round on a sync store also a lease
-(acquire, commit: operation PREFIX-lease-N) and a read of the run's events. It never
+(acquire, commit: operation PREFIX-lease-N) and a read of the run's status (async: its
+events). It never
 retries by itself. Every call is a line in LOG, flushed at once:
 
     call <kind> <op> <unix time>
@@ -65,8 +66,9 @@ class Log:
         self._out.flush()
 
 
-def _events(store: RunStore, run_id: str) -> list[Any]:
-    return list(store.iter_events(run_id))
+def _read(store: RunStore, run_id: str) -> Any:
+    # a re-runnable read (`iter_events` streams: a lost connection ends the stream)
+    return store.status(run_id)
 
 
 def write_sync(store: RunStore, run_id: str, prefix: str, log: Log, stop: Path) -> None:
@@ -91,7 +93,7 @@ def write_sync(store: RunStore, run_id: str, prefix: str, log: Log, stop: Path) 
                 log.call(
                     "commit", lease_op, functools.partial(store.commit_lease, lease, {"n": number})
                 )
-            log.call("read", operation_id, functools.partial(_events, store, run_id))
+            log.call("read", operation_id, functools.partial(_read, store, run_id))
         number += 1
 
 

@@ -109,10 +109,10 @@ def test_writers_through_transaction_pooling_fail_no_call(
 
 def test_stores_sharing_one_server_connection_fail_no_call(server: str) -> None:
     """Three stores (one `schema=`) and a default psycopg client take turns on a pool of
-    one server connection: each finds the others' session state there (psycopg's
+    two server connections: each finds the others' session state there (psycopg's
     defaults prepare a statement after five uses: "_pg3_0 already exists")."""
     with (
-        pgbouncer_in_front(server, pool_size=1) as pooler,
+        pgbouncer_in_front(server, pool_size=2) as pooler,
         psycopg.connect(_psycopg_conninfo(pooler), autocommit=True) as neighbour,
     ):
         stores = [
