@@ -39,10 +39,9 @@ from pg_bouncer import (
 )
 from pg_cluster import pg_available, throwaway_cluster
 from sqlalchemy import create_engine, text
-from sqlalchemy.orm import Session
 
 import cadence_store
-from cadence_store import AsyncRunStore, CadenceStoreError, RunRepository, RunStore
+from cadence_store import AsyncRunStore, CadenceStoreError, RunStore
 from cadence_store.cli import main
 
 pytestmark = pytest.mark.postgres
@@ -286,7 +285,8 @@ def _counts(server: str, run_id: str) -> tuple[int, int]:
         engine.dispose()
 
 
-@pytest.mark.parametrize("entry", ["store", "uow", "repository", "async"])
+# the unit of work and a host's Session: tests/integration/test_pooler_safety.py
+@pytest.mark.parametrize("entry", ["store", "async"])
 def test_schema_none_writes_to_public_whatever_the_search_path(server: str, entry: str) -> None:
     # one server connection: every transaction lands where the neighbour left its SET
     with pgbouncer_in_front(server, pool_size=1) as pooler, _trap(pooler):
@@ -303,23 +303,6 @@ def test_schema_none_writes_to_public_whatever_the_search_path(server: str, entr
             run_id = asyncio.run(start())
         else:
             with RunStore(pooler.url, root_hash=ROOT_HASH) as store:
-                if entry == "store":
-                    run_id = store.start_run(
-                        "abel-implement", change=change, operation_id=change
-                    ).run_id
-                elif entry == "uow":
-                    with store.unit_of_work() as uow:
-                        run_id = uow.runs.start_run(
-                            "abel-implement", change=change, operation_id=change
-                        ).run_id
-                else:
-                    host = create_engine(pooler.url, connect_args={"prepare_threshold": None})
-                    try:
-                        with Session(host) as session, session.begin():
-                            runs = RunRepository(session, root_hash=ROOT_HASH)
-                            run_id = runs.start_run(
-                                "abel-implement", change=change, operation_id=change
-                            ).run_id
-                    finally:
-                        host.dispose()
+                run = store.start_run("abel-implement", change=change, operation_id=change)
+                run_id = run.run_id
     assert _counts(server, run_id) == (1, 0)
