@@ -39,6 +39,7 @@ from pg_bouncer import (
 )
 from pg_cluster import pg_available, throwaway_cluster
 from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 import cadence_store
 from cadence_store import AsyncRunStore, CadenceStoreError, RunStore
@@ -306,3 +307,43 @@ def test_schema_none_writes_to_public_whatever_the_search_path(server: str, entr
                 run = store.start_run("abel-implement", change=change, operation_id=change)
                 run_id = run.run_id
     assert _counts(server, run_id) == (1, 0)
+
+
+def test_session_pooling_starves_no_store_opened_with_a_null_pool(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In session mode a client connection holds its server connection until it closes:
+    each open store's pool (and the connection its direct path keeps) pins one, and a
+    third store on a pool of two waits in PgBouncer's queue until `query_wait_timeout`.
+    With `poolclass=NullPool` a store holds no connection between calls."""
+    measured: dict[str, object] = {}
+    settings = {"query_wait_timeout": "3"}
+    with pgbouncer_in_front(server, pool_mode="session", pool_size=2, settings=settings) as pooler:
+        for label, options in (("nullpool", {"poolclass": NullPool}), ("default", {})):
+            stores: list[RunStore] = []
+            try:
+                for number in range(2):
+                    stores.append(RunStore(pooler.url, root_hash=ROOT_HASH, **options))
+                    stores[-1].start_run(
+                        "abel-implement",
+                        change=f"{label}-{number}",
+                        operation_id=f"{label}{number}",
+                    )
+                started = time.monotonic()
+                try:
+                    stores.append(RunStore(pooler.url, root_hash=ROOT_HASH, **options))
+                    stores[-1].start_run(
+                        "abel-implement", change=f"{label}-third", operation_id=f"{label}-3"
+                    )
+                    measured[f"{label}_third_store"] = "acknowledged"
+                except CadenceStoreError as error:
+                    measured[f"{label}_third_store"] = error.code
+                measured[f"{label}_waited_s"] = round(time.monotonic() - started, 2)
+            finally:
+                for store in stores:
+                    store.close()
+    _report(capsys, "session pooling, pool of 2, third store", measured)
+    assert measured["nullpool_third_store"] == "acknowledged"
+    assert measured["nullpool_waited_s"] < 1.0  # type: ignore[operator]
+    # the default pools starve it: it waits for PgBouncer's query_wait_timeout, coded
+    assert measured["default_third_store"] in {"acknowledged", "run-store-unavailable"}
