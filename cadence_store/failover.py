@@ -6,6 +6,9 @@ attempt committed, the re-run replays it; if not, the re-run applies it. `Failov
 re-runs the call with jittered exponential backoff while the error means "connection
 lost" or "no primary answers" (`failures.is_connection_lost`), until a primary answers or
 the timeout passes; then it raises `StoreUnavailableError` saying the outcome is unknown.
+The timeout counts from the start of the call and bounds each attempt too: one stuck
+with no error (in a pooler's queue, on a half-open connection) is interrupted when the
+budget runs out (`call_budget`).
 
 A unit of work opened by the caller (`RunStore.unit_of_work()`) is never re-run here: its
 body is the caller's code, which may have effects outside the database.
