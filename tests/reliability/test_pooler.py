@@ -107,14 +107,11 @@ def test_writers_through_transaction_pooling_fail_no_call(
     assert all(log.transitions() for log in logs)  # sync, async and schema= all wrote
 
 
-def test_stores_sharing_one_server_connection_fail_no_call(server: str) -> None:
-    """Three stores (one `schema=`) and a default psycopg client take turns on a pool of
-    two server connections: each finds the others' session state there (psycopg's
-    defaults prepare a statement after five uses: "_pg3_0 already exists")."""
-    with (
-        pgbouncer_in_front(server, pool_size=2) as pooler,
-        psycopg.connect(_psycopg_conninfo(pooler), autocommit=True) as neighbour,
-    ):
+def test_stores_sharing_server_connections_fail_no_call(server: str) -> None:
+    """Three stores (one `schema=`) take turns on a pool of two server connections: each
+    finds the others' session state there (psycopg's defaults prepare a statement after
+    five uses on one connection: "_pg3_0 already exists", or "does not exist")."""
+    with pgbouncer_in_front(server, pool_size=2) as pooler:
         stores = [
             RunStore(pooler.url, root_hash=ROOT_HASH),
             RunStore(pooler.url, root_hash=ROOT_HASH),
@@ -125,16 +122,17 @@ def test_stores_sharing_one_server_connection_fail_no_call(server: str) -> None:
                 store.start_run("abel-implement", change=f"shared-{n}", operation_id=f"sh-{n}")
                 for n, store in enumerate(stores)
             ]
-            for number in range(40):
-                neighbour.execute("SELECT count(*) FROM public.runs WHERE stage = %s", ["x"])
+            for number in range(60):
                 index = number % 3
-                store, run = stores[index], runs[index]
-                store.transition(run.run_id, "paused", operation_id=f"sh-{index}-{number}")
-                lease = store.acquire_lease(run.run_id, f"sh-lease-{number}", 60_000)
-                store.commit_lease(lease, {"n": number})
-                assert store.status(run.run_id).sequence >= 2
+                stores[index].transition(
+                    runs[index].run_id, "paused", operation_id=f"sh-{index}-{number}"
+                )
+            for number in range(12):
+                index = number % 3
+                lease = stores[index].acquire_lease(runs[index].run_id, f"sh-l{number}", 60_000)
+                stores[index].commit_lease(lease, {"n": number})
             for store, run in zip(stores, runs, strict=True):
-                store.verify_integrity(run.run_id)
+                assert store.verify_integrity(run.run_id).sequence >= 20
         finally:
             for store in stores:
                 store.close()
