@@ -29,7 +29,7 @@ import os
 import socket
 import threading
 import time
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Final
 
 from sqlalchemy import Engine, event
@@ -72,59 +72,72 @@ def _interrupt(dbapi_connection: Any) -> None:
 class _Watchdog:
     """One daemon thread that interrupts the connections of calls past their deadline.
 
-    Registering a call costs a lock and a set insertion; the thread sleeps until the
-    nearest deadline and is woken only when a call with an earlier one arrives."""
+    Registering a call is a set insertion under a lock (the whole `call_budget` costs about
+    six empty `with` blocks); the thread looks every `POLL_S` (a call ends at most that
+    late) and exits after `IDLE_EXIT_S` with no call to watch."""
+
+    POLL_S: Final = 0.1
+    IDLE_EXIT_S: Final = 10.0
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
         self._budgets: set[CallBudget] = set()
-        self._wake_at = math.inf
         self._thread: threading.Thread | None = None
 
     def add(self, budget: CallBudget) -> None:
-        with self._condition:
+        with self._lock:
             self._budgets.add(budget)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="cadence-store-call-budget", daemon=True
                 )
                 self._thread.start()
-            if budget.deadline < self._wake_at:
-                self._condition.notify()
 
     def remove(self, budget: CallBudget) -> None:
-        with self._condition:
+        with self._lock:
             self._budgets.discard(budget)
 
     def _loop(self) -> None:
+        idle_since = time.monotonic()
         while True:
-            with self._condition:
-                now = time.monotonic()
+            time.sleep(self.POLL_S)
+            now = time.monotonic()
+            with self._lock:
+                if not self._budgets:
+                    if now - idle_since > self.IDLE_EXIT_S:
+                        self._thread = None
+                        return
+                    continue
+                idle_since = now
                 due = [budget for budget in self._budgets if budget.deadline <= now]
                 for budget in due:
                     budget.expired = True
                     self._budgets.discard(budget)
-                    for connection in list(budget.connections):
-                        _interrupt(connection)
-                self._wake_at = min((b.deadline for b in self._budgets), default=math.inf)
-                wait = None if self._wake_at == math.inf else max(0.0, self._wake_at - now)
-                self._condition.wait(wait)
+            for budget in due:
+                for connection in list(budget.connections):
+                    _interrupt(connection)
 
 
 _watchdog: Final = _Watchdog()
 
 
-@contextlib.contextmanager
-def call_budget(timeout_s: float) -> Any:
+class call_budget:
     """Bound the block (one whole call) by `timeout_s` seconds; yields the budget."""
-    budget = CallBudget(time.monotonic() + timeout_s)
-    token = _current.set(budget)
-    _watchdog.add(budget)
-    try:
-        yield budget
-    finally:
-        _watchdog.remove(budget)
-        _current.reset(token)
+
+    __slots__ = ("_budget", "_token")
+    _token: Token[CallBudget | None]
+
+    def __init__(self, timeout_s: float) -> None:
+        self._budget = CallBudget(time.monotonic() + timeout_s)
+
+    def __enter__(self) -> CallBudget:
+        self._token = _current.set(self._budget)
+        _watchdog.add(self._budget)
+        return self._budget
+
+    def __exit__(self, *_exc: object) -> None:
+        _watchdog.remove(self._budget)
+        _current.reset(self._token)
 
 
 def watch_connection(dbapi_connection: Any) -> None:
