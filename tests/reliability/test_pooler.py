@@ -251,6 +251,17 @@ def test_every_cli_command_works_through_the_pooler(
         for command in commands:
             result = _cli(*command)
             assert result.exit_code == 0, (command, result.output)
+        lease = tmp_path / "lease.json"
+        lease.write_text(_cli("lease", "acquire", run, "cli-lease-2", "--url", url).stdout)
+        for command in (
+            ["upgrade", "--url", url],
+            ["lease", "renew", f"@{lease}", "--url", url],
+            ["lease", "status", run, "cli-lease-2", "--url", url],
+            ["lease", "commit", f"@{lease}", "--outcome", '{"ok": true}', "--url", url],
+            ["lease", "acquire", run, "cli-lease-3", "--url", url],
+        ):
+            result = _cli(*command)
+            assert result.exit_code == 0, (command, result.output)
         target = tmp_path / "import.sqlite3"
         cadence_store.upgrade(f"sqlite:///{target}")
         assert _cli("import", str(export), "--url", f"sqlite:///{target}").exit_code == 0
