@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -133,4 +135,25 @@ def test_schema_none_writes_to_public_whatever_the_search_path(
             finally:
                 host.dispose()
         assert store.status(run.run_id).run_id == run.run_id
+    assert _where(trap_database, run.run_id) == (1, 0)
+
+
+def test_export_and_import_use_public_whatever_the_search_path(
+    trap_database: str, tmp_path: Path
+) -> None:
+    with RunStore(trap_database, root_hash=ROOT_HASH) as store:
+        run = store.start_run("abel-implement", change="moved", operation_id="moved")
+    export = tmp_path / "runs.jsonl"
+    with export.open("w") as out:
+        cadence_store.export_store(trap_database, out)
+    assert run.run_id in export.read_text()  # read from public, not from the empty trap
+    engine = create_engine(trap_database)
+    try:
+        with engine.begin() as connection:
+            for table in ("operations", "delivery_bindings", "events", "runs"):
+                connection.execute(text(f"DELETE FROM public.{table}"))
+    finally:
+        engine.dispose()
+    with export.open() as source:
+        cadence_store.import_store(trap_database, source)
     assert _where(trap_database, run.run_id) == (1, 0)
