@@ -138,6 +138,32 @@ def test_stores_sharing_server_connections_fail_no_call(server: str) -> None:
                 store.close()
 
 
+def test_async_stores_sharing_server_connections_fail_no_call(server: str) -> None:
+    """The same for `AsyncRunStore`: its calls, streams, reads and units of work."""
+
+    async def take_turns(url: str) -> None:
+        stores = [AsyncRunStore(url, root_hash=ROOT_HASH) for _ in range(3)]
+        try:
+            runs = [
+                (await s.start_run("abel-implement", change=f"as-{n}", operation_id=f"as-{n}"))
+                for n, s in enumerate(stores)
+            ]
+            for number in range(36):
+                store, run_id = stores[number % 3], runs[number % 3].run_id
+                await store.transition(run_id, "paused", operation_id=f"as-t{number}")
+                assert [event async for event in store.iter_events(run_id)]
+                async with store.unit_of_work() as uow:
+                    await uow.runs.transition(run_id, "paused", operation_id=f"as-u{number}")
+            for store, run in zip(stores, runs, strict=True):
+                await store.verify_integrity(run.run_id)
+        finally:
+            for store in stores:
+                await store.aclose()
+
+    with pgbouncer_in_front(server, pool_size=2) as pooler:
+        asyncio.run(take_turns(pooler.url))
+
+
 def test_a_server_restart_and_an_outage_behind_the_pooler_end_every_call_in_time(
     server: str,
     bouncer: Bouncer,
