@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
+from .call_budget import watch_connection
 from .failures import WRITE, database_errors
 from .readiness import is_store_ready
 from .repository import Clock, RunRepository
@@ -124,6 +125,7 @@ class DirectWrites:
             with self._lock:
                 kept, self._kept = self._kept, None
             if kept is not None:
+                watch_connection(kept[0].dbapi_connection)
                 return kept
         with database_errors(WRITE):
             pooled = self._engine.raw_connection()

@@ -18,10 +18,15 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from .call_budget import bound_attempts
+from .database_url import driver_options
+from .database_url import parse_url as _parse_url
 from .errors import InvalidInputError
+
+parse_url = _parse_url  # callers import it from here
 
 BUSY_TIMEOUT_MS: Final = 10_000
 
@@ -50,13 +55,6 @@ def driver_in_transaction(raw: Any) -> bool:
     return bool(state)
 
 
-def parse_url(url: str | URL) -> URL:
-    try:
-        return make_url(url)
-    except (ArgumentError, ValueError, TypeError) as error:
-        raise InvalidInputError("invalid-database-url", str(error)) from None
-
-
 def sqlite_path_has_nul(database: str | None) -> bool:
     """Whether a SQLite URL's path names a NUL byte, as `\\x00` or as `%00`: SQLAlchemy 2.1
     decodes percent escapes in the path and 2.0 keeps them, and both mean a NUL here."""
@@ -81,10 +79,17 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     On SQLite each connection gets foreign_keys, busy_timeout and synchronous=FULL, but
     not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
     (adoption, head revision) before anything changes it. `enable_wal` follows the check.
+
+    On psycopg, statements are never prepared on the server (`prepare_threshold=None`,
+    unless the URL or `connect_args` say otherwise): behind a transaction pooler
+    (PgBouncer) the next transaction may run on another server connection, where the
+    prepared statement does not exist or is another one. Each attempt of a call is
+    bounded by what is left of its `failover_timeout_s` (`call_budget`).
     """
+    parsed, engine_options = store_engine_arguments(parse_url(url), engine_options)
     try:
-        engine = create_engine(parse_url(url), **engine_options)
-    except (ImportError, NoSuchModuleError, ArgumentError, TypeError) as error:
+        engine = create_engine(parsed, **engine_options)
+    except (ImportError, NoSuchModuleError, ArgumentError, TypeError, ValueError) as error:
         # an unknown dialect, a driver that is not installed, or bad engine options
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None
     if is_sqlite(engine) and sqlite_path_has_nul(engine.url.database):
@@ -92,7 +97,26 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
         # no file can have this name (the driver would raise a bare ValueError)
         raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
     use_store_pragmas(engine)
+    if is_postgresql(engine):
+        bound_attempts(engine)
     return engine
+
+
+def store_engine_arguments(
+    parsed: URL, engine_options: dict[str, Any]
+) -> tuple[URL, dict[str, Any]]:
+    """The URL and engine options of an engine cadence-store makes (sync or async): the
+    URL's query parameters checked and typed (`database_url.driver_options`), and on
+    psycopg no statement prepared on the server unless the caller says otherwise."""
+    parsed, arguments = driver_options(parsed)
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+        connect_args = {"prepare_threshold": None, **arguments}
+        connect_args.update(engine_options.get("connect_args") or {})
+        engine_options = {**engine_options, "connect_args": connect_args}
+    elif arguments:
+        connect_args = {**arguments, **(engine_options.get("connect_args") or {})}
+        engine_options = {**engine_options, "connect_args": connect_args}
+    return parsed, engine_options
 
 
 def use_store_pragmas(engine: Engine) -> None:
@@ -219,10 +243,10 @@ def masked_url(url: str | URL) -> str:
     """The URL with every secret hidden (the password, and credential parameters of its
     query such as `?password=`), fit for messages and logs."""
     try:
-        parsed = make_url(url)
+        parsed = parse_url(url)  # the multi-host forms too
         parsed = parsed.update_query_dict(dict.fromkeys(_secret_keys(parsed), _PLACEHOLDER))
         return parsed.render_as_string(hide_password=True).replace(_PLACEHOLDER, _MASK)
-    except (ArgumentError, ValueError, TypeError):
+    except (InvalidInputError, ArgumentError, ValueError, TypeError):
         return "<invalid database url>"
 
 
@@ -230,10 +254,10 @@ def url_without_secrets(url: str | URL) -> str:
     """The URL with its secrets left out (not masked), for a command a user can paste:
     libpq then takes the password from $PGPASSWORD or ~/.pgpass."""
     try:
-        parsed = make_url(url)
-        parsed = parsed._replace(password=None).difference_update_query(_secret_keys(parsed))
+        parsed = parse_url(url)
+        parsed = parsed.set(password=None).difference_update_query(_secret_keys(parsed))
         return parsed.render_as_string(hide_password=False)
-    except (ArgumentError, ValueError, TypeError):
+    except (InvalidInputError, ArgumentError, ValueError, TypeError):
         return "<invalid database url>"
 
 
@@ -246,9 +270,9 @@ def url_argument(url: str | URL, *, always_quote: bool = False) -> str:
         return quote(masked_url(url))
     from_environment = os.environ.get("CADENCE_STORE_URL")
     try:
-        if from_environment and make_url(from_environment) == make_url(url):
+        if from_environment and parse_url(from_environment) == parse_url(url):
             return '"$CADENCE_STORE_URL"'
-    except (ArgumentError, ValueError, TypeError):
+    except (InvalidInputError, ArgumentError, ValueError, TypeError):
         pass
     return quote(url_without_secrets(url))
 
@@ -260,7 +284,7 @@ def _quoted(text: str) -> str:
 
 def has_secrets(url: str | URL) -> bool:
     try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError, TypeError):
+        parsed = parse_url(url)
+    except (InvalidInputError, ArgumentError, ValueError, TypeError):
         return False
     return parsed.password is not None or any(is_secret_parameter(key) for key in parsed.query)

@@ -6,6 +6,9 @@ attempt committed, the re-run replays it; if not, the re-run applies it. `Failov
 re-runs the call with jittered exponential backoff while the error means "connection
 lost" or "no primary answers" (`failures.is_connection_lost`), until a primary answers or
 the timeout passes; then it raises `StoreUnavailableError` saying the outcome is unknown.
+The timeout counts from the start of the call and bounds each attempt too: one stuck
+with no error (in a pooler's queue, on a half-open connection) is interrupted when the
+budget runs out (`call_budget`).
 
 A unit of work opened by the caller (`RunStore.unit_of_work()`) is never re-run here: its
 body is the caller's code, which may have effects outside the database.
@@ -21,8 +24,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
+from .call_budget import call_budget
 from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
-from .failures import is_connection_lost
+from .failures import is_connection_lost, is_database_error
 
 T = TypeVar("T")
 
@@ -66,16 +70,24 @@ class Failover:
         self._sleep = sleep
 
     def run(self, attempt: Callable[[bool], T]) -> T:
-        budget = _Budget()
-        while True:
-            try:
-                return attempt(budget.retries > 0)
-            except CadenceStoreError as error:
-                self._sleep(self._next_delay(error, budget))
+        """The whole call, first attempt included, ends within `timeout_s` (+ the last
+        backoff's rounding): a stuck attempt is interrupted (`call_budget`)."""
+        if self.timeout_s <= 0:
+            return attempt(False)
+        with call_budget(self.timeout_s) as bound:
+            budget = _Budget(self._monotonic() + self.timeout_s, bound.expired_flag)
+            while True:
+                try:
+                    return attempt(budget.retries > 0)
+                except CadenceStoreError as error:
+                    self._sleep(self._next_delay(error, budget))
 
     async def run_async(self, attempt: Callable[[bool], Awaitable[T]]) -> T:
-        """`run` for a coroutine's attempts (the waits are the event loop's)."""
-        budget = _Budget()
+        """`run` for a coroutine's attempts (the waits are the event loop's; an attempt
+        is bounded by its engine's own timeouts)."""
+        if self.timeout_s <= 0:
+            return await attempt(False)
+        budget = _Budget(self._monotonic() + self.timeout_s, lambda: False)
         while True:
             try:
                 return await attempt(budget.retries > 0)
@@ -85,14 +97,13 @@ class Failover:
     def _next_delay(self, error: CadenceStoreError, budget: _Budget) -> float:
         """How long to wait before re-running a call that failed with `error`; raises
         `error` itself unless it means a lost connection, and `run-store-unavailable`
-        once the budget is spent."""
+        once the budget is spent (or an attempt was interrupted for running past it)."""
         cause = error.__cause__
-        if self.timeout_s <= 0 or not is_connection_lost(cause):
+        interrupted = budget.expired() and cause is not None and is_database_error(cause)
+        if not interrupted and not is_connection_lost(cause):
             raise error
         now = self._monotonic()
-        if budget.deadline is None:
-            budget.deadline = now + self.timeout_s
-        if now >= budget.deadline:
+        if interrupted or now >= budget.deadline:
             raise StoreUnavailableError(
                 "run-store-unavailable",
                 f"no primary answered within {self.timeout_s:g} s "
@@ -116,10 +127,11 @@ class Failover:
 
 
 class _Budget:
-    """One call's re-runs so far, and when they must stop."""
+    """One call's re-runs so far, when they must stop, and whether an attempt ran out."""
 
-    __slots__ = ("deadline", "retries")
+    __slots__ = ("deadline", "expired", "retries")
 
-    def __init__(self) -> None:
-        self.deadline: float | None = None
+    def __init__(self, deadline: float, expired: Callable[[], bool]) -> None:
+        self.deadline = deadline
+        self.expired = expired
         self.retries = 0

@@ -13,7 +13,10 @@ statement of a read / a write, e.g. a missing table or a constraint; nothing of 
 was kept), `run-store-host-write-failed` (`HostWriteError`: it refused a statement of the
 host's own code, `host_errors`).
 Classification is by the driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by
-message text, except a refused PostgreSQL login, which libpq reports without a SQLSTATE.
+message text, with two exceptions that libpq reports without a SQLSTATE: a refused
+PostgreSQL login, and a lost connection behind a pooler (`pooler_symptom`: PgBouncer's
+"received 2 results from command 'COMMIT'", "server closed the connection"), whose
+call's outcome is unknown, never "nothing was kept".
 """
 
 from __future__ import annotations
@@ -145,6 +148,8 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
     if state is None and code is None and type(orig).__name__ == "OperationalError":
         # no SQLSTATE: the server never answered (refused, unreachable, auth)
         return StoreUnavailableError("run-store-unavailable", detail)
+    if state is None and code is None and pooler_symptom(orig):
+        return StoreUnavailableError("run-store-unavailable", detail)
     return StoreUnavailableError(f"run-store-{access}-failed", detail)
 
 
@@ -189,11 +194,41 @@ def host_errors() -> AbstractContextManager[None]:
     return _HOST_GUARD
 
 
+# What psycopg says, with no SQLSTATE, when the connection under it was lost or swapped:
+# a pooler answered a command with another server connection's leftovers ("received 2
+# results from command 'BEGIN'"), the socket closed, or PgBouncer gave up waiting for a
+# server (`query_wait_timeout`, `client_login_timeout`: it closes the client's connection).
+_POOLER_SYMPTOMS: Final = (
+    "results from command",
+    "server closed the connection",
+    "query_wait_timeout",
+    "client_login_timeout",
+    "server conn crashed",
+    "the connection is lost",
+    "connection is bad",
+    "consuming input failed",
+)
+
+
+def pooler_symptom(error: BaseException) -> bool:
+    """A psycopg error with no SQLSTATE that means the server connection was lost."""
+    orig = _driver_error(error)
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(orig, psycopg.Error) or sqlstate(orig) is not None:
+        return False
+    if not isinstance(
+        orig, psycopg.InternalError | psycopg.OperationalError | psycopg.InterfaceError
+    ):
+        return False
+    message = str(orig).lower()
+    return any(symptom in message for symptom in _POOLER_SYMPTOMS)
+
+
 # PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
-# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), idle_session_timeout
-# (57P05: the server closed a connection left idle in the pool), the whole connection
-# exception class (08xxx), and a read-only transaction (25006): a connection a failover
-# left on a standby.
+# admin shutdown, crash shutdown, cannot connect now (57P01-57P03), idle session timeout
+# (57P05: the server closed an idle pooled connection), the whole connection exception
+# class (08xxx, PgBouncer's own errors among them), and a read-only transaction (25006): a
+# connection a failover left on a standby.
 _CONNECTION_LOST_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "57P05", "25006"})
 
 
@@ -216,8 +251,9 @@ def is_connection_lost(error: BaseException | None) -> bool:
     if state is not None:
         return state in _CONNECTION_LOST_SQLSTATES or state.startswith("08")
     # psycopg reports a refused or dropped connection ("server closed the connection
-    # unexpectedly", "connection is bad", no read-write host) with no SQLSTATE
-    return type(orig).__name__ == "OperationalError"
+    # unexpectedly", "connection is bad", no read-write host) with no SQLSTATE, and a
+    # pooler's lost server connection as an InternalError ("received 2 results")
+    return type(orig).__name__ == "OperationalError" or pooler_symptom(orig)
 
 
 class _DatabaseErrors:
@@ -293,6 +329,7 @@ __all__ = [
     "is_database_error",
     "is_connection_lost",
     "is_retryable",
+    "pooler_symptom",
     "sqlstate",
     "translate_database_error",
     "translate_host_error",

@@ -45,6 +45,7 @@ from .errors import (
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
 from .readiness import forget_store_ready as forget_pool
+from .sql import DEFAULT_PG_SCHEMA
 
 if TYPE_CHECKING:
     # Alembic is imported where a migration or a revision lookup needs it, not at import:
@@ -199,6 +200,10 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
                 connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
                 # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
                 connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
+            elif is_postgresql(connection):
+                # the store's statements name `public` (sql.DEFAULT_PG_SCHEMA); a pooled
+                # connection's leftover search_path must not put the tables elsewhere
+                connection.exec_driver_sql(f"SET LOCAL search_path TO {DEFAULT_PG_SCHEMA}")
             adopt_if_needed(connection)
             yield connection
             connection.commit()

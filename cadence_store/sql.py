@@ -41,6 +41,8 @@ SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
 
 
+# where cadence-store's tables are on PostgreSQL when no schema is named
+DEFAULT_PG_SCHEMA: Final = "public"
 _RUN = RUN_MATCH
 _OPERATION = OPERATION_MATCH
 _HEAD_COLUMNS = (
@@ -400,6 +402,10 @@ class Statements:
 
     def _bind(self, dialect: Dialect, raw: Any, schema: str | None) -> None:
         self._dialect = dialect
+        if schema is None and dialect.name == "postgresql":
+            # named, never left to the connection's search_path: a pooled server connection
+            # may carry another client's `SET search_path`
+            schema = DEFAULT_PG_SCHEMA
         self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
         self._compiled = _compiled_statements(dialect, self._schema_map)
         self._raw = raw

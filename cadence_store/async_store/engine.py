@@ -8,7 +8,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ..engine import parse_url, use_store_pragmas
+from ..engine import parse_url, store_engine_arguments, use_store_pragmas
 from ..errors import InvalidInputError
 
 # A synchronous driver's URL names the async driver of the same database.
@@ -29,10 +29,12 @@ def async_database_url(url: str | URL) -> URL:
 
 
 def create_async_store_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:
-    """An `AsyncEngine` for cadence-store's own use (the SQLite pragmas of
-    `create_store_engine`, set on each new connection)."""
+    """An `AsyncEngine` for cadence-store's own use: `create_store_engine`'s arguments
+    (typed query parameters, no server-side prepared statements on psycopg) and SQLite
+    pragmas, set on each new connection."""
+    parsed, engine_options = store_engine_arguments(async_database_url(url), engine_options)
     try:
-        engine = create_async_engine(async_database_url(url), **engine_options)
+        engine = create_async_engine(parsed, **engine_options)
     except (ImportError, NoSuchModuleError, ArgumentError, InvalidRequestError, TypeError) as error:
         # an unknown dialect, a driver that is not installed or not async, bad options
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None

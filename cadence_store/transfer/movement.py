@@ -23,11 +23,16 @@ from typing import IO, Any, Final, TextIO
 from sqlalchemy import Connection, Engine, Table, func, select, tuple_
 from sqlalchemy.engine import URL
 
-from ..engine import create_store_engine, read_snapshot
-from ..errors import InvalidInputError, OperationConflictError, RunNotFoundError
+from ..engine import create_store_engine, is_postgresql, read_snapshot
+from ..errors import (
+    InvalidInputError,
+    OperationConflictError,
+    RunNotFoundError,
+)
 from ..failures import READ, WRITE, database_errors
 from ..models import delivery_bindings, events, operations, runs
 from ..schema import assert_at_head, schema_options, store_schema
+from ..sql import DEFAULT_PG_SCHEMA
 from ..unit_of_work import UnitOfWork
 from .record import (
     CHILD_KEYS,
@@ -145,16 +150,16 @@ def iter_records(
 
 @contextmanager
 def _engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
-    """`bind` as an engine whose connections find the cadence tables in `schema`."""
-    options = schema_options(schema)
-    if isinstance(bind, Engine):
-        yield bind.execution_options(**options) if options else bind
-        return
-    engine = create_store_engine(bind)
+    """`bind` as an engine whose connections find the cadence tables in `schema` (on
+    PostgreSQL `public` when none is given: never the connection's search_path)."""
+    engine = bind if isinstance(bind, Engine) else create_store_engine(bind)
+    named = DEFAULT_PG_SCHEMA if schema is None and is_postgresql(engine) else schema
+    options = schema_options(named)
     try:
         yield engine.execution_options(**options) if options else engine
     finally:
-        engine.dispose()
+        if engine is not bind:
+            engine.dispose()
 
 
 @contextmanager
