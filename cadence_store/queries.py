@@ -82,6 +82,9 @@ def _count(table: Any) -> Any:
 
 
 READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
+    "run_times": lambda _: select(runs.c.created_at, runs.c.updated_at).where(
+        runs.c.run_id == bindparam("run_id")
+    ),
     "count_rows": lambda _: select(
         _count(runs), _count(events), _count(operations), _count(delivery_bindings)
     ),
@@ -131,6 +134,8 @@ def listing_statement(listing: RunListing) -> str:
         f"list_runs:stages={len(listing.stages)}:states={len(listing.states)}"
         f":change={listing.change is not None}:root={listing.root_hash is not None}"
         f":after={listing.after is not None}:limit={listing.limit is not None}"
+        f":updated_after={listing.updated_after is not None}"
+        f":updated_before={listing.updated_before is not None}"
     )
     if name in STATEMENTS:
         return name
@@ -145,6 +150,11 @@ def listing_statement(listing: RunListing) -> str:
         statement = statement.where(runs.c.root_hash == bindparam("root_hash"))
     if listing.after is not None:
         statement = statement.where(runs.c.run_id > bindparam("after"))
+    # a run without times (cadence 1.x's, never appended to since) matches neither
+    if listing.updated_after is not None:
+        statement = statement.where(runs.c.updated_at > bindparam("updated_after"))
+    if listing.updated_before is not None:
+        statement = statement.where(runs.c.updated_at < bindparam("updated_before"))
     # keyset pagination: run ids in the engine's order, resumed after the last one seen
     statement = statement.order_by(runs.c.run_id)
     if listing.limit is not None:
@@ -162,6 +172,8 @@ def _listing_parameters(listing: RunListing) -> dict[str, Any]:
         "root_hash": listing.root_hash,
         "after": listing.after,
         "limit": listing.limit,
+        "updated_after": listing.updated_after,
+        "updated_before": listing.updated_before,
     }
     parameters.update({key: value for key, value in optional.items() if value is not None})
     return parameters
@@ -232,11 +244,15 @@ def run_detail(
     operation_rows = [
         _OperationRow(*row) for row in sql.all("operation_rows_of_run", run_id=run_id)
     ]
+    times = sql.one("run_times", run_id=run_id)
+    created_at, updated_at = (None, None) if times is None else times
     return RunDetail(
         projection=projection,
         delivery_bindings=tuple(_binding(row, run_id) for row in bindings),
         operations=tuple(_operation(row, run_id, now) for row in operation_rows),
         timeline=state_timeline(events_of_run),
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 

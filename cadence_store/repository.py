@@ -195,6 +195,7 @@ class RunRepository(LeaseRules, RunReading):
             sequence=1,
             event_hash=event_hash,
             projection_json=projection_json,
+            now=self._append_now(),
         )
         sql.write(
             "insert_event",

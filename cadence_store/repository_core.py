@@ -294,6 +294,11 @@ class RepositoryCore:
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
+    def _append_now(self) -> int | None:
+        """The time an append records (`sql_append.append_time`): None lets the
+        PostgreSQL server's clock stamp it in the same statement, as lease time does."""
+        return None if self._server_clock() else self._now()
+
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
         callers run on many machines, unless the caller gave its own `clock=`."""
@@ -401,6 +406,7 @@ class RepositoryCore:
         """Append one event to a locked run (its receipt is the caller's to record)."""
         event = self._next_event(head, type_, payload)
         params = event.parameters()
+        params["now"] = self._append_now()
         if sql.write("advance_run", **params) != 1:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
@@ -419,6 +425,7 @@ class RepositoryCore:
         params["operation_id"] = operation_id
         params["kind"] = event.type
         params["outcome_json"] = event.projection_json
+        params["now"] = self._append_now()
         if sql.dialect_name == "postgresql":
             found = sql.row("append_recorded", AppendedRow, **params)
             appended = found is not None and found.advanced == 1

@@ -53,9 +53,12 @@ class StoreReads:
         limit: int | None = None,
         after: str | None = None,
         root_hash: str | None = None,
+        updated_after: int | None = None,
+        updated_before: int | None = None,
     ) -> list[RunProjection]:
         """Stored projections of the matching runs in run id order (see
-        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`."""
+        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`;
+        `updated_after` / `updated_before`: last appended to after / before (ms)."""
         return self._read(
             lambda runs: runs.list_runs(
                 stage=stage,
@@ -64,6 +67,8 @@ class StoreReads:
                 limit=limit,
                 after=after,
                 root_hash=root_hash,
+                updated_after=updated_after,
+                updated_before=updated_before,
             )
         )
 

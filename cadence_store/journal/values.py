@@ -151,6 +151,15 @@ class RunEvent(_Value):
     payload: dict[str, Any]
     prior_hash: StrictStr
     hash: StrictStr
+    # cadence-store's addition, not in the hash: when the event was appended (ms by the
+    # store's clock); None for events cadence 1.x wrote
+    recorded_at: StrictInt | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cadence 1.x (camelCase) object, without cadence-store's additions."""
+        return self.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude={"recorded_at"}
+        )
 
 
 class OperationLease(_Value):
