@@ -22,6 +22,7 @@ from typing import Final, TypeVar
 
 from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
 from .failures import is_connection_lost
+from .telemetry import record_failover_rerun
 
 T = TypeVar("T")
 
@@ -78,6 +79,11 @@ class Failover:
                 if deadline is None:
                     deadline = now + self.timeout_s
                 if now >= deadline:
+                    logger.error(
+                        "cadence-store: no primary answered within %g s (%s); giving up",
+                        self.timeout_s,
+                        self._database,
+                    )
                     raise StoreUnavailableError(
                         "run-store-unavailable",
                         f"no primary answered within {self.timeout_s:g} s "
@@ -89,12 +95,14 @@ class Failover:
                 delay = min(random.uniform(ceiling / 2, ceiling), deadline - now)
                 logger.warning(
                     "cadence-store: connection to %s lost or no primary answered (%s); "
-                    "re-running the call in %.2f s (retry %d, giving up after %g s)",
+                    "re-running the call in %.2f s (retry %d, %.2f s of %g s left)",
                     self._database,
                     error.detail,
                     delay,
                     retries,
+                    deadline - now,
                     self.timeout_s,
                 )
+                record_failover_rerun(retries, deadline - now)
                 self._forget_connections()
                 self._sleep(delay)

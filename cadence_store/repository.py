@@ -94,8 +94,10 @@ from .repository_leases import LeaseRules
 from .repository_reading import RunReading
 from .sql import Statements
 from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
+from .telemetry import instrument, note_appended
 
 
+@instrument
 class RunRepository(LeaseRules, RunReading):
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
@@ -206,6 +208,7 @@ class RunRepository(LeaseRules, RunReading):
             prior_hash=ZERO_EVENT_HASH,
             event_hash=event_hash,
         )
+        note_appended()
         self._record(sql, run_id, operation_id, START, projection_json)
         return built_projection(created)
 

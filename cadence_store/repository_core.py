@@ -43,6 +43,7 @@ from .schema import require_schema_name
 from .shape import assert_store_ready
 from .sql import Statements
 from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
+from .telemetry import note_appended
 
 Clock = Callable[[], int]
 P = ParamSpec("P")
@@ -414,6 +415,7 @@ class RepositoryCore:
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
         sql.write("insert_event", **params)
+        note_appended()
         self._remember(event)
         return event.document, event.projection_json
 
@@ -435,6 +437,7 @@ class RepositoryCore:
                 sql.write("insert_event", **params)
                 sql.write("insert_receipt", **params)
         if appended:
+            note_appended()
             self._remember(event)
         return appended
 

@@ -68,11 +68,13 @@ from .state_root import (
 from .store_leases import StoreLeases
 from .store_reads import StoreReads
 from .store_transactions import StoreTransactions
+from .telemetry import instrument
 
 T = TypeVar("T")
 Write = Callable[[Session], object]
 
 
+@instrument
 class RunStore(StoreTransactions, StoreLeases, StoreReads):
     """The run journal on one database (a URL, or a host's `Engine`)."""
 

@@ -9,6 +9,7 @@ in one snapshot, on `read_bind` when given.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -24,10 +25,35 @@ from .errors import StoreBusyError, StoreUnavailableError
 from .failover import Failover
 from .failures import READ, database_errors, is_retryable
 from .repository import Clock, RunRepository
+from .telemetry import record_busy_retry
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
 MAX_ATTEMPTS: Final = 8
+
+logger = logging.getLogger(__name__)
+
+
+def log_busy_retry(attempt: int, delay_s: float, error: StoreBusyError) -> None:
+    """A transaction that lost a race is retried whole: logged, and a span event."""
+    logger.info(
+        "cadence-store: transaction lost a race (%s); retrying it whole in %.3f s "
+        "(attempt %d of %d)",
+        error.code,
+        delay_s,
+        attempt + 1,
+        MAX_ATTEMPTS,
+    )
+    record_busy_retry(attempt, delay_s)
+
+
+def log_busy_failure(attempt: int, error: StoreBusyError) -> None:
+    if attempt > 1:
+        logger.warning(
+            "cadence-store: transaction still losing races after %d attempts (%s)",
+            attempt,
+            error.code,
+        )
 
 
 class StoreTransactions:
@@ -96,8 +122,11 @@ class StoreTransactions:
             except StoreBusyError as error:
                 cause = error.__cause__
                 if attempt == MAX_ATTEMPTS or not is_retryable(cause or error):
+                    log_busy_failure(attempt, error)
                     raise
-                time.sleep(random.uniform(0, 0.002 * 2**attempt))
+                delay = random.uniform(0, 0.002 * 2**attempt)
+                log_busy_retry(attempt, delay, error)
+                time.sleep(delay)
         raise AssertionError("unreachable")
 
     @contextmanager

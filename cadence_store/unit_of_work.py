@@ -21,8 +21,10 @@ from .failures import WRITE, database_errors, is_database_error, translate_datab
 from .repository import Clock, RunRepository
 from .schema import require_schema_name
 from .shape import assert_store_ready
+from .telemetry import instrument_unit_of_work
 
 
+@instrument_unit_of_work
 class UnitOfWork:
     def __init__(
         self,

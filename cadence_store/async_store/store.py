@@ -41,7 +41,8 @@ from ..schema import require_schema_name, schema_options, upgrade_command
 from ..shape import assert_store_ready
 from ..store import RunStore
 from ..store_leases import lease_grant
-from ..store_transactions import MAX_ATTEMPTS
+from ..store_transactions import MAX_ATTEMPTS, log_busy_failure, log_busy_retry
+from ..telemetry import instrument
 from ..unit_of_work import UnitOfWork
 from .engine import create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork
@@ -87,6 +88,7 @@ def _in_snapshot(
     return call
 
 
+@instrument
 class AsyncRunStore:
     """`RunStore` for asyncio applications: every method a coroutine with the same name,
     arguments, results and error codes.
@@ -229,8 +231,11 @@ class AsyncRunStore:
             except StoreBusyError as error:
                 cause = error.__cause__
                 if attempt == MAX_ATTEMPTS or not is_retryable(cause or error):
+                    log_busy_failure(attempt, error)
                     raise
-                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+                delay = random.uniform(0, 0.002 * 2**attempt)
+                log_busy_retry(attempt, delay, error)
+                await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     async def _write(self, work: Callable[[AsyncUnitOfWork], Awaitable[T]]) -> T:

@@ -15,10 +15,12 @@ from ..failures import WRITE, database_errors, is_database_error, translate_data
 from ..repository import Clock
 from ..schema import require_schema_name
 from ..shape import assert_store_ready
+from ..telemetry import instrument_unit_of_work
 from ..unit_of_work import refuse_unfinished
 from .repository import AsyncRunRepository
 
 
+@instrument_unit_of_work
 class AsyncUnitOfWork:
     """One write transaction: `async with store.unit_of_work() as uow:` (see `UnitOfWork`).
 
