@@ -36,7 +36,6 @@ from .errors import (
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
-    LeaseFencedError,
     OperationConflictError,
     RunNotFoundError,
 )
@@ -90,7 +89,7 @@ from .repository_core import (
     journal_write,
     system_clock,
 )
-from .repository_leases import LeaseRules
+from .repository_leases import LeaseRules, fenced
 from .repository_reading import RunReading
 from .sql import Statements
 from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
@@ -251,7 +250,7 @@ class RunRepository(LeaseRules, RunReading):
         head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
-                raise LeaseFencedError("lease-fenced")
+                raise fenced(request.lease, f"it is a lease of another run than {request.run_id}")
             self._assert_live(sql, request.lease)
         replay = self._replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
         if replay is not None:
@@ -381,7 +380,7 @@ class RunRepository(LeaseRules, RunReading):
         head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:
             if checked_lease.run_id != run_id:
-                raise LeaseFencedError("lease-fenced")
+                raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
             self._assert_live(sql, checked_lease)
         if head is not None and isinstance(to, str) and to in RUN_STATES:
             # The common case, in one write that also checks the receipt: it writes

@@ -138,6 +138,20 @@ class RunReading(RepositoryCore):
         """Replay the chain and compare it with everything stored about the run: the
         projection (key order included), the run row's columns, the binding rows and the
         operations rows (each journal receipt must be a projection the chain produced)."""
+        try:
+            projection = self._verify_integrity(run_id)
+        except JournalIntegrityError as error:
+            logger.warning(
+                "cadence-store: run %s fails verification: %s (sequence %s)",
+                run_id,
+                error.code,
+                error.sequence,
+            )
+            raise
+        logger.debug("cadence-store: run %s verifies (%d events)", run_id, projection.sequence)
+        return projection
+
+    def _verify_integrity(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         sql = self._read_statements()
         row = sql.row("verify_columns", VerifyColumnsRow, run_id=run_id)
