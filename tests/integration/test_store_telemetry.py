@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
+from sqlalchemy.engine import make_url
 from support import ROOT_HASH
 from telemetry_support import Telemetry, installed
 
-from cadence_store import AsyncRunStore, CadenceStoreError, upgrade
+import cadence_store
+from cadence_store import AsyncRunStore, CadenceStoreError, RunStore, upgrade
 from cadence_store.async_store import async_database_url
 from cadence_store.telemetry import UNIT_OF_WORK_SPAN
 
@@ -61,7 +63,9 @@ def test_one_span_per_call_with_its_attributes(store, telemetry):
 def test_a_replay_says_replayed(store, telemetry):
     run = store.start_run("abel-implement", change="telemetry", operation_id="start-1")
     store.transition(run.run_id, "validating-delivery", operation_id="ready-1")
-    store.transition(run.run_id, "validating-delivery", operation_id="ready-1")  # the same operation id
+    store.transition(
+        run.run_id, "validating-delivery", operation_id="ready-1"
+    )  # the same operation id
     store.start_run("abel-implement", change="telemetry", operation_id="start-1")
 
     replayed = {(s.name, s.attributes["cadence_store.replayed"]) for s in calls(telemetry)[2:]}
@@ -128,6 +132,12 @@ def test_no_span_attribute_or_log_record_holds_a_lease_token_or_password(
         store.assert_lease(lease)
     store.commit_lease(stale, {"applied": True})
     store.verify_integrity(run.run_id)
+    # the URL with a password goes through an upgrade (logged) and a store's calls
+    url = make_url(database_url).set(password="s3cret").render_as_string(hide_password=False)
+    if url.startswith("postgresql"):
+        assert cadence_store.upgrade(url)
+        with RunStore(url, root_hash=ROOT_HASH) as other:
+            other.transition(run.run_id, "ready", operation_id="ready-2")
 
     secrets = {lease.token, stale.token, "s3cret"}
     texts = [record.getMessage() for record in caplog.records]

@@ -82,9 +82,7 @@ def test_list_runs_filters_by_update_time(store, clock):
 
     assert ids(updated_after=clock.now - 2_000) == {late.run_id, early.run_id}
     assert ids(updated_before=clock.now - 1_000) == {middle.run_id}
-    assert ids(updated_after=clock.now - 3_000, updated_before=clock.now - 1_000) == {
-        middle.run_id
-    }
+    assert ids(updated_after=clock.now - 3_000, updated_before=clock.now - 1_000) == {middle.run_id}
     assert ids(updated_after=clock.now) == set()
     for bad in (True, "1", 1.5, 2**53):
         with pytest.raises(InvalidInputError) as refused:
@@ -111,9 +109,7 @@ def test_without_a_clock_a_new_event_is_recorded_within_the_call(store_url, db):
 
 
 @pytest.mark.postgres
-def test_on_postgresql_the_servers_clock_is_used_not_the_clients(
-    pg_database_url, monkeypatch
-):
+def test_on_postgresql_the_servers_clock_is_used_not_the_clients(pg_database_url, monkeypatch):
     """A client whose clock is 60 s ahead still records the server's time."""
     import cadence_store
 
@@ -137,9 +133,7 @@ def test_on_postgresql_the_servers_clock_is_used_not_the_clients(
 
 
 @pytest.mark.run_store_only
-def test_verification_reports_a_decreasing_recorded_at_without_failing(
-    store, db, clock, caplog
-):
+def test_verification_reports_a_decreasing_recorded_at_without_failing(store, db, clock, caplog):
     run = store.start_run("abel-implement", change="times", operation_id="start-1")
     clock.advance(10)
     store.transition(run.run_id, "validating-delivery", operation_id="move-1")
