@@ -12,8 +12,9 @@ calling `RunRepository.transition` is one span. Metrics (meter `cadence_store`):
 `cadence_store.call.duration` (seconds, attribute `method`).
 
 Without opentelemetry-api installed nothing is imported and `instrument` leaves the
-classes as they are: a call costs what it did before. With the API but no SDK, the API's
-no-op tracer and meter answer (measured by `python -m benchmarks telemetry`).
+classes as they are: a call costs what it did before. With the API but no SDK set up (the
+API's proxy or no-op providers), a call checks that and skips its span and measurements;
+the costs are measured by `python -m benchmarks.telemetry`.
 
 Never an attribute from a payload, a lease token or a URL: only ids the caller chose
 (run and operation ids), the dialect's name and error codes.
@@ -83,6 +84,12 @@ class _Otel:
         from opentelemetry import metrics, trace
         from opentelemetry.trace import Status, StatusCode
 
+        # Providers named by environment variables are loaded by the first get_*_provider()
+        # call: make that call now, so that the globals `idle` reads are set.
+        trace.get_tracer_provider()
+        metrics.get_meter_provider()
+        self._trace_module = trace
+        self._metrics_module = getattr(metrics, "_internal", None)
         self.trace = trace
         self.tracer = trace.get_tracer(NAME)
         meter = metrics.get_meter(NAME)
@@ -97,6 +104,16 @@ class _Otel:
         )
         self._status = Status
         self._error = StatusCode.ERROR
+
+    def idle(self) -> bool:
+        """No tracer or meter provider set up (the API's stand-ins answer): nothing would
+        be recorded, so a call skips its span and measurements. Read from the API's
+        globals (two attribute reads): its public getters look at the environment on
+        every call, which cost more than the rest of the check (measured)."""
+        return (
+            getattr(self._trace_module, "_TRACER_PROVIDER", False) is None
+            and getattr(self._metrics_module, "_METER_PROVIDER", False) is None
+        )
 
     def error_status(self, code: str) -> Any:
         return self._status(self._error, code)
@@ -278,7 +295,7 @@ def _traced(
 
         @functools.wraps(method)
         async def traced_async(*args: Any, **kwargs: Any) -> Any:
-            if _current.get() is not None:  # inside another call of the library
+            if _current.get() is not None or _api().idle():  # nested, or nothing records
                 return await method(*args, **kwargs)
             span = _Span(name, journal_write)
             span.open(args[0] if args else None, pick(args, kwargs), span_name)
@@ -294,7 +311,7 @@ def _traced(
 
     @functools.wraps(method)
     def traced(*args: Any, **kwargs: Any) -> Any:
-        if _current.get() is not None:  # inside another call of the library
+        if _current.get() is not None or _api().idle():  # nested, or nothing records
             return method(*args, **kwargs)
         span = _Span(name, journal_write)
         span.open(args[0] if args else None, pick(args, kwargs), span_name)
@@ -356,7 +373,7 @@ def instrument_unit_of_work(cls: C) -> C:
 def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
     def open_span(self: Any) -> None:
         self._telemetry_scope = None
-        if _current.get() is None:
+        if _current.get() is None and not _api().idle():
             scope = _api().tracer.start_as_current_span(
                 UNIT_OF_WORK_SPAN, record_exception=False, set_status_on_exception=False
             )
