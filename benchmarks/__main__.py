@@ -40,7 +40,7 @@ from .common import (
     settle,
     timed,
 )
-from .telemetry import bench_telemetry
+from .telemetry import PER_ROUND, QUICK_ROUNDS, ROUNDS, bench_telemetry
 from .telemetry import table as telemetry_table
 from .workers import contender
 
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             section["verify"] = bench_verify(engine, 20_000 if quick else 50_000)
             print(f"[{name}] telemetry: none / API only / SDK, side by side ...", flush=True)
             section["telemetry"] = bench_telemetry(
-                engine, rounds=10 if quick else 30, per_round=50 if quick else 100
+                engine, rounds=QUICK_ROUNDS if quick else ROUNDS, per_round=PER_ROUND
             )
             print(f"[{name}] contention 1/2/4 processes ...", flush=True)
             section["contention"] = bench_contention(

@@ -29,6 +29,13 @@ from .common import HERE, Engine, median_ms, postgres_server
 
 WORKER = HERE / "telemetry_worker.py"
 VARIANTS = ("none", "api", "sdk")
+# Turns of two calls: this disk's fsync is slow or fast in stretches of seconds, and
+# with turns of 50 calls a variant that happened to get more slow stretches looked up to
+# 1.5x dearer (measured, in one process, same code); turns of one or two calls agree
+# within 1 %.
+PER_ROUND = 2
+ROUNDS = 1500
+QUICK_ROUNDS = 400
 
 
 class _Worker:
@@ -79,7 +86,7 @@ def bench_telemetry(
     samples: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for worker in workers.values():
-            worker.run(per_round)  # warm-up: statements compiled, pages cached
+            worker.run(50)  # warm-up: statements compiled, pages cached
         for _ in range(rounds):
             order = list(variants)
             random.shuffle(order)
@@ -132,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{name}] durable transition: no telemetry / API only / SDK ...", flush=True)
             results[name] = bench_telemetry(
                 Engine(name, workdir, pg_url),
-                rounds=10 if args.quick else 30,
-                per_round=50 if args.quick else 100,
+                rounds=QUICK_ROUNDS if args.quick else ROUNDS,
+                per_round=PER_ROUND,
                 before=args.before,
             )
     print(table(results))

@@ -182,3 +182,30 @@ def test_async_store_calls_have_one_span_each(async_url, clock, telemetry):
     [unit] = [span for span in spans if span.name == UNIT_OF_WORK_SPAN]
     assert moved[-1].parent is not None and moved[-1].parent.span_id == unit.context.span_id
     assert telemetry.metric("cadence_store.events.appended") == 3
+
+
+def test_a_normal_call_logs_nothing_at_info(store, caplog):
+    caplog.set_level(logging.DEBUG, logger="cadence_store")
+    run = store.start_run("abel-implement", change="quiet", operation_id="start-1")
+    store.transition(run.run_id, "validating-delivery", operation_id="move-1")
+    store.transition(run.run_id, "validating-delivery", operation_id="move-1")  # a replay
+    lease = store.acquire_lease(run.run_id, "apply", 60_000)
+    store.commit_lease(lease, {"applied": True})
+    store.verify_integrity(run.run_id)
+    store.run_detail(run.run_id)
+    loud = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert loud == [], [r.getMessage() for r in loud]
+    assert all(r.name.startswith("cadence_store.") for r in caplog.records)
+
+
+def test_a_fenced_lease_is_logged_with_its_reason(store, caplog):
+    caplog.set_level(logging.INFO, logger="cadence_store")
+    run = store.start_run("abel-implement", change="fenced", operation_id="start-1")
+    first = store.acquire_lease(run.run_id, "apply", 60_000)
+    store.acquire_lease(run.run_id, "apply", 60_000, preempt=True)
+    with pytest.raises(CadenceStoreError):
+        store.assert_lease(first)
+    [record] = [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert record.name == "cadence_store.repository_leases" and record.levelno == logging.INFO
+    assert run.run_id in record.getMessage() and "later grant" in record.getMessage()
+    assert first.token not in record.getMessage()
