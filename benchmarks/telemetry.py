@@ -6,8 +6,8 @@
 Each configuration runs in a process of its own (`telemetry_worker.py`): whether
 opentelemetry is importable is decided when cadence_store is imported, so `none` must
 be a process where it is not. The processes take turns, a batch at a time, in a fresh
-random order every round (as `common.interleave`), each on its own database of the same
-engine and disk, and the report gives medians and their ratios to `none`. `--before DIR`
+random order every round (as `common.interleave`), each on its own run of one database
+(the earlier version on a database of its own, same engine and disk), and the report gives medians and their ratios to `none`. `--before DIR`
 adds an earlier version of the library (a source tree holding `cadence_store/` and
 `migrations/`, e.g. `git archive main cadence_store migrations | tar -x -C DIR`).
 """
@@ -79,8 +79,13 @@ def bench_telemetry(
 ) -> dict[str, Any]:
     """Median durable transition per telemetry configuration, interleaved."""
     variants = [*VARIANTS, *(["before"] if before is not None else [])]
+    # one database for this version's variants (a run each), so that no variant gets a
+    # luckier file or server database; the earlier version's schema needs its own
+    shared = engine.fresh_url()
     workers = {
-        name: _Worker(name, engine.fresh_url(), before if name == "before" else None)
+        name: _Worker(name, engine.fresh_url(), before)
+        if name == "before"
+        else _Worker(name, shared, None)
         for name in variants
     }
     samples: dict[str, list[float]] = {name: [] for name in variants}
