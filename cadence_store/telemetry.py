@@ -235,6 +235,14 @@ def _picker(
     return pick
 
 
+def _mark_failed(span: Any, otel: _Otel, error: BaseException) -> None:
+    """Status ERROR and the error's code (its class name when it has none); never its
+    message, which may quote stored values."""
+    code = error.code if isinstance(error, CadenceStoreError) else type(error).__name__
+    span.set_attribute("cadence_store.error_code", code)
+    span.set_status(otel.error_status(code))
+
+
 class _Span:
     """Opens the span of an outermost call and closes it with its outcome."""
 
@@ -266,9 +274,7 @@ class _Span:
         method = {"method": self.method}
         try:
             if error is not None:
-                code = error.code if isinstance(error, CadenceStoreError) else type(error).__name__
-                span.set_attribute("cadence_store.error_code", code)
-                span.set_status(otel.error_status(code))
+                _mark_failed(span, otel, error)
                 if isinstance(error, LeaseFencedError):
                     otel.fenced.add(1, method)
             else:
@@ -450,9 +456,7 @@ def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
     method = {"method": "unit_of_work"}
     try:
         if error is not None:
-            code = error.code if isinstance(error, CadenceStoreError) else type(error).__name__
-            span.set_attribute("cadence_store.error_code", code)
-            span.set_status(otel.error_status(code))
+            _mark_failed(span, otel, error)
         otel.duration.record(time.perf_counter() - started, method)
     finally:
         scope.__exit__(None, None, None)
