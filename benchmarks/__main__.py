@@ -40,6 +40,8 @@ from .common import (
     settle,
     timed,
 )
+from .telemetry import PER_ROUND, QUICK_ROUNDS, ROUNDS, bench_telemetry
+from .telemetry import table as telemetry_table
 from .workers import contender
 
 TARGETS: dict[str, Any] = {
@@ -548,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"[{name}] verify_integrity ...", flush=True)
             section["verify"] = bench_verify(engine, 20_000 if quick else 50_000)
+            print(f"[{name}] telemetry: none / API only / SDK, side by side ...", flush=True)
+            section["telemetry"] = bench_telemetry(
+                engine, rounds=QUICK_ROUNDS if quick else ROUNDS, per_round=PER_ROUND
+            )
             print(f"[{name}] contention 1/2/4 processes ...", flush=True)
             section["contention"] = bench_contention(
                 engine, [1, 2, 4], appends=100 if quick else 300
@@ -572,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     print()
     print(verification.table(results["verification"]))
+    print()
+    print(
+        telemetry_table(
+            {name: section["telemetry"] for name, section in results["engines"].items()}
+        )
+    )
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {args.out}")
     if chart(results, HERE / "append-cost.png"):

@@ -27,6 +27,7 @@ from typing import Final, TypeVar
 from .call_budget import call_budget
 from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
 from .failures import is_connection_lost, is_database_error
+from .telemetry import record_failover_rerun
 
 T = TypeVar("T")
 
@@ -104,6 +105,11 @@ class Failover:
             raise error
         now = self._monotonic()
         if interrupted or now >= budget.deadline:
+            logger.error(
+                "cadence-store: no primary answered within %g s (%s); giving up",
+                self.timeout_s,
+                self._database,
+            )
             raise StoreUnavailableError(
                 "run-store-unavailable",
                 f"no primary answered within {self.timeout_s:g} s "
@@ -115,13 +121,15 @@ class Failover:
         delay = min(random.uniform(ceiling / 2, ceiling), budget.deadline - now)
         logger.warning(
             "cadence-store: connection to %s lost or no primary answered (%s); "
-            "re-running the call in %.2f s (retry %d, giving up after %g s)",
+            "re-running the call in %.2f s (retry %d, %.2f s of %g s left)",
             self._database,
             error.detail,
             delay,
             budget.retries,
+            budget.deadline - now,
             self.timeout_s,
         )
+        record_failover_rerun(budget.retries, budget.deadline - now)
         self._forget_connections()
         return delay
 

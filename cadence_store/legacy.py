@@ -186,16 +186,23 @@ def reference_shapes(schema: str) -> dict[str, TableShape]:
 
 def matches_schema(query: Query, schema: str) -> bool:
     """cadence 1.x `matchesSqliteSchema`: every table, key and STRICT flag; extra columns ok."""
+    return schema_difference(query, schema) is None
+
+
+def schema_difference(query: Query, schema: str) -> str | None:
+    """The first way the store differs from `schema` (as `matches_schema` judges), or None."""
     for table, expected in reference_shapes(schema).items():
         actual = describe_table(query, table)
-        if (
-            actual.strict != expected.strict
-            or not expected.columns <= actual.columns
-            or actual.foreign_keys != expected.foreign_keys
-            or actual.unique_keys != expected.unique_keys
-        ):
-            return False
-    return True
+        if actual.strict != expected.strict:
+            return f"table {table}: STRICT is {actual.strict}, expected {expected.strict}"
+        if not expected.columns <= actual.columns:
+            missing = sorted(str(column) for column in expected.columns - actual.columns)
+            return f"table {table}: columns differ ({', '.join(missing)} not found)"
+        if actual.foreign_keys != expected.foreign_keys:
+            return f"table {table}: foreign keys differ"
+        if actual.unique_keys != expected.unique_keys:
+            return f"table {table}: unique keys differ"
+    return None
 
 
 def column_names(query: Query, table: str) -> list[str]:
@@ -207,19 +214,28 @@ def legacy_revision(query: Query, tables: set[str]) -> str | None:
 
     Mirrors cadence 1.x `hasCurrentSchema` and `supportedLegacyVersion`.
     """
+    return assess_legacy(query, tables)[0]
+
+
+def assess_legacy(query: Query, tables: set[str]) -> tuple[str | None, str]:
+    """`legacy_revision`, and why a store that is not one is not (for the log)."""
     if "schema_meta" not in tables:
-        return REVISION_FOR_VERSION[None] if matches_schema(query, RUN_SCHEMA_CURRENT) else None
+        difference = schema_difference(query, RUN_SCHEMA_CURRENT)
+        if difference is not None:
+            return None, f"no schema_meta, and not the current schema: {difference}"
+        return REVISION_FOR_VERSION[None], ""
     if column_names(query, "schema_meta") != ["version"]:
-        return None
+        return None, "schema_meta does not have exactly one column, version"
     rows = query("SELECT version FROM schema_meta", ())
     if len(rows) != 1:
-        return None
+        return None, f"schema_meta has {len(rows)} rows, expected 1"
     version = rows[0][0]
     if type(version) is not int or version not in (2, 4):
-        return None
-    if not matches_schema(query, RUN_SCHEMA_V2 if version == 2 else RUN_SCHEMA_CURRENT):
-        return None
+        return None, f"schema_meta.version {version!r} is neither 2 nor 4"
+    difference = schema_difference(query, RUN_SCHEMA_V2 if version == 2 else RUN_SCHEMA_CURRENT)
+    if difference is not None:
+        return None, f"schema_meta.version {version}, but {difference}"
     # A v2 store cannot already hold proof columns: never repair an ambiguous upgrade.
     if version == 2 and any(c in PROOF_COLUMNS for c in column_names(query, "delivery_bindings")):
-        return None
-    return REVISION_FOR_VERSION[version]
+        return None, "schema_meta.version 2 with approval-proof columns"
+    return REVISION_FOR_VERSION[version], ""

@@ -69,6 +69,11 @@ class Run(Base):
     delivery_revision: Mapped[int | None] = mapped_column(Int64)
     projection_json: Mapped[str] = mapped_column(Text)
     terminal_tombstone: Mapped[str | None] = mapped_column(Text)
+    # cadence-store's own additions (revision cs0003): when the run was created and last
+    # appended to, milliseconds by the store's clock; NULL for runs cadence 1.x wrote.
+    # Never part of a hash or of projection_json.
+    created_at: Mapped[int | None] = mapped_column(Int64)
+    updated_at: Mapped[int | None] = mapped_column(Int64)
 
 
 class DeliveryBindingRow(Base):
@@ -103,6 +108,9 @@ class EventRow(Base):
     payload_json: Mapped[str] = mapped_column(Text)
     prior_hash: Mapped[str] = mapped_column(Text)
     event_hash: Mapped[str] = mapped_column(Text)
+    # cadence-store's own addition (revision cs0003): when the event was appended, by the
+    # store's clock; NULL for events cadence 1.x wrote. Never part of the event's hash.
+    recorded_at: Mapped[int | None] = mapped_column(Int64)
 
 
 class OperationRow(Base):

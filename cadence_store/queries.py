@@ -84,6 +84,8 @@ def _listing_parameters(listing: RunListing) -> dict[str, Any]:
         "root_hash": listing.root_hash,
         "after": listing.after,
         "limit": listing.limit,
+        "updated_after": listing.updated_after,
+        "updated_before": listing.updated_before,
     }
     parameters.update({key: value for key, value in optional.items() if value is not None})
     return parameters
@@ -154,11 +156,15 @@ def run_detail(
     operation_rows = [
         _OperationRow(*row) for row in sql.all("operation_rows_of_run", run_id=run_id)
     ]
+    times = sql.one("run_times", run_id=run_id)
+    created_at, updated_at = (None, None) if times is None else times
     return RunDetail(
         projection=projection,
         delivery_bindings=tuple(_binding(row, run_id) for row in bindings),
         operations=tuple(_operation(row, run_id, now) for row in operation_rows),
         timeline=state_timeline(events_of_run),
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 

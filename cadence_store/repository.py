@@ -36,7 +36,6 @@ from .errors import (
     InvalidInputError,
     InvalidTransitionError,
     JournalIntegrityError,
-    LeaseFencedError,
     OperationConflictError,
     RunNotFoundError,
 )
@@ -91,13 +90,15 @@ from .repository_core import (
     journal_write,
     system_clock,
 )
-from .repository_leases import LeaseRules
+from .repository_leases import LeaseRules, fenced
 from .repository_reading import RunReading
 from .sql import Statements
 from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
+from .telemetry import instrument, note_appended
 from .transaction import RunHead
 
 
+@instrument
 class RunRepository(LeaseRules, RunReading):
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
@@ -203,6 +204,7 @@ class RunRepository(LeaseRules, RunReading):
             sequence=1,
             event_hash=event_hash,
             projection_json=projection_json,
+            now=self._append_now(),
         )
         sql.write(
             "insert_event",
@@ -213,6 +215,7 @@ class RunRepository(LeaseRules, RunReading):
             prior_hash=ZERO_EVENT_HASH,
             event_hash=event_hash,
         )
+        note_appended()
         self._record(sql, run_id, operation_id, START, projection_json)
         return built_projection(created)
 
@@ -259,7 +262,7 @@ class RunRepository(LeaseRules, RunReading):
         head = self._head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
-                raise LeaseFencedError("lease-fenced")
+                raise fenced(request.lease, f"it is a lease of another run than {request.run_id}")
             self._assert_live(sql, request.lease)
         replay = self._replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
         if replay is not None:
@@ -421,7 +424,7 @@ class RunRepository(LeaseRules, RunReading):
         head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:
             if checked_lease.run_id != run_id:
-                raise LeaseFencedError("lease-fenced")
+                raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
             self._assert_live(sql, checked_lease)
         if head is not None and isinstance(to, str) and to in RUN_STATES:
             # The common case, in one write that also checks the receipt: it writes

@@ -33,6 +33,7 @@ from .journal.vocabulary import (
 from .schema import require_schema_name
 from .sql import Statements
 from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
+from .telemetry import note_appended
 from .transaction import JournalTransaction, RunHead
 
 Clock = Callable[[], int]
@@ -177,6 +178,11 @@ class RepositoryCore:
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
+    def _append_now(self) -> int | None:
+        """The time an append records (`sql_append.append_time`): None lets the
+        PostgreSQL server's clock stamp it in the same statement, as lease time does."""
+        return None if self._server_clock() else self._now()
+
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
         callers run on many machines, unless the caller gave its own `clock=`."""
@@ -290,6 +296,7 @@ class RepositoryCore:
         """Append one event to a locked run (its receipt is the caller's to record)."""
         event = self._next_event(head, type_, payload)
         params = event.parameters()
+        params["now"] = self._append_now()
         if sql.write("advance_run", **params) != 1:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
@@ -297,6 +304,7 @@ class RepositoryCore:
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
         sql.write("insert_event", **params)
+        note_appended()
         self._remember(event)
         return event.document, event.projection_json
 
@@ -308,6 +316,7 @@ class RepositoryCore:
         params["operation_id"] = operation_id
         params["kind"] = event.type
         params["outcome_json"] = event.projection_json
+        params["now"] = self._append_now()
         if sql.dialect_name == "postgresql":
             found = sql.row("append_recorded", AppendedRow, **params)
             appended = found is not None and found.advanced == 1
@@ -317,6 +326,7 @@ class RepositoryCore:
                 sql.write("insert_event", **params)
                 sql.write("insert_receipt", **params)
         if appended:
+            note_appended()
             self._remember(event)
         return appended
 

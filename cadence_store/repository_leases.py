@@ -4,6 +4,7 @@ fences). A lease is a row of `operations` (kind "lease"), locked before it is ju
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -38,6 +39,32 @@ from .repository_core import (
 from .sql import Statements
 from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
 
+logger = logging.getLogger(__name__)
+
+
+def fenced(lease: OperationLease, reason: str) -> LeaseFencedError:
+    """`lease-fenced`, logged with the lease's run and operation (never its token)."""
+    logger.info(
+        "cadence-store: lease of run %s operation %s (fence %d) is fenced: %s",
+        lease.run_id,
+        lease.operation_id,
+        lease.fence,
+        reason,
+    )
+    return LeaseFencedError("lease-fenced")
+
+
+def _fence_reason(
+    row: OperationRow | TimedOperationRow | None, lease: OperationLease, now: int | None
+) -> str:
+    if row is None or now is None:
+        return "no such lease"
+    if row.state != RUNNING:
+        return f"the operation is {row.state}"
+    if row.lease_token != lease.token or lease.fence not in (0, row.lease_fence or 0):
+        return f"a later grant holds it (fence {row.lease_fence})"
+    return f"it expired at {row.lease_expires_at} ms (now {now} ms)"
+
 
 def standing(row: OperationRow | TimedOperationRow, now: int) -> LeaseStanding:
     """The lease standing of an operation row at lease time `now` (`lease_standing`, the
@@ -67,7 +94,7 @@ class LeaseRules(RepositoryCore):
             or row.lease_token != lease.token
             or lease.fence not in (0, row.lease_fence or 0)  # 0: cadence 1.x shape
         ):
-            raise LeaseFencedError("lease-fenced")
+            raise fenced(lease, _fence_reason(row, lease, now))
         return row, now
 
     @journal_write
@@ -176,7 +203,7 @@ class LeaseRules(RepositoryCore):
             outcome_json=outcome_json,
         )
         if changed != 1:
-            raise LeaseFencedError("lease-fenced")
+            raise fenced(lease, "its row changed meanwhile")
 
     @journal_write
     def commit_lease(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -17,6 +18,8 @@ from .journal.verification import MIRRORED_COLUMNS, stored_difference
 from .journal.views import RunDetail, StoreCounts, check_run_listing
 from .repository_core import EVENT_BATCH, RepositoryCore
 from .sql_rows import BindingOfRunRow, EventRow, RunIdRow, VerifyColumnsRow
+
+logger = logging.getLogger(__name__)
 
 
 class RunReading(RepositoryCore):
@@ -41,7 +44,7 @@ class RunReading(RepositoryCore):
 
     @coded(READ)
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
-        """(sequence, type, payload_json, prior_hash, event_hash) in sequence order,
+        """(sequence, type, payload_json, prior_hash, event_hash, recorded_at) in order,
         fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
         an `EventRow` per row would cost verification time; only a page's last is named."""
         sql = self._read_statements()
@@ -60,7 +63,14 @@ class RunReading(RepositoryCore):
         """The run's events in sequence order, read in batches."""
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
-        for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(run_id):
+        for (
+            sequence,
+            type_,
+            payload_json,
+            prior_hash,
+            event_hash,
+            recorded_at,
+        ) in self.iter_event_rows(run_id):
             payload = event_payload(payload_json, run_id, sequence)
             yield RunEvent.model_construct(
                 sequence=sequence,
@@ -68,6 +78,7 @@ class RunReading(RepositoryCore):
                 payload=payload,
                 prior_hash=prior_hash,
                 hash=event_hash,
+                recorded_at=recorded_at,
             )
 
     @coded(READ)
@@ -78,14 +89,36 @@ class RunReading(RepositoryCore):
     def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
         verifier = ChainVerifier()
         waiting = {} if receipts is None else receipts.waiting
+        latest = -1  # the latest recorded_at so far (-1: none yet)
+        decreased_at = 0  # the first sequence whose recorded_at is below an earlier one
+        before = after = 0  # that earlier time, and that sequence's
         try:
             feed = verifier.feed_json
-            for sequence, type_, payload_json, prior_hash, event_hash in self.iter_event_rows(
-                run_id
-            ):
+            for (
+                sequence,
+                type_,
+                payload_json,
+                prior_hash,
+                event_hash,
+                recorded_at,
+            ) in self.iter_event_rows(run_id):
                 feed(sequence, type_, payload_json, event_hash, prior_hash)
                 if sequence in waiting:
                     receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
+                if recorded_at is not None:
+                    if recorded_at < latest and not decreased_at:
+                        decreased_at, before, after = sequence, latest, recorded_at
+                    latest = recorded_at
+            if decreased_at and receipts is not None:
+                # times are outside the hash: reported, never a verification failure
+                logger.warning(
+                    "cadence-store: run %s: recorded_at decreases at sequence %d "
+                    "(%d ms, after %d ms); the chain itself verifies",
+                    run_id,
+                    decreased_at,
+                    after,
+                    before,
+                )
             return verifier.result()
         except JournalIntegrityError as error:
             error.run_id = run_id
@@ -110,6 +143,20 @@ class RunReading(RepositoryCore):
         """Replay the chain and compare it with everything stored about the run: the
         projection (key order included), the run row's columns, the binding rows and the
         operations rows (each journal receipt must be a projection the chain produced)."""
+        try:
+            projection = self._verify_integrity(run_id)
+        except JournalIntegrityError as error:
+            logger.warning(
+                "cadence-store: run %s fails verification: %s (sequence %s)",
+                run_id,
+                error.code,
+                error.sequence,
+            )
+            raise
+        logger.debug("cadence-store: run %s verifies (%d events)", run_id, projection.sequence)
+        return projection
+
+    def _verify_integrity(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         sql = self._read_statements()
         row = sql.row("verify_columns", VerifyColumnsRow, run_id=run_id)
@@ -158,15 +205,25 @@ class RunReading(RepositoryCore):
         limit: int | None = None,
         after: str | None = None,
         root_hash: str | None = None,
+        updated_after: int | None = None,
+        updated_before: int | None = None,
     ) -> list[RunProjection]:
         """Stored projections of the runs that match every filter given, in run id order.
 
         `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
         last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given.
+        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
+        appended to strictly after / before that time (ms; runs without times never match).
         """
         listing = check_run_listing(
-            stage=stage, state=state, change=change, root_hash=root_hash, limit=limit, after=after
+            stage=stage,
+            state=state,
+            change=change,
+            root_hash=root_hash,
+            limit=limit,
+            after=after,
+            updated_after=updated_after,
+            updated_before=updated_before,
         )
         return queries.list_runs(self._read_statements(), listing)
 

@@ -15,6 +15,7 @@ referenced, never closed or reset by the child (either would end the parent's se
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import time
@@ -34,11 +35,14 @@ from .failover import Failover
 from .failures import READ, database_errors, is_database_error, is_retryable
 from .repository import Clock, RunRepository
 from .shape import assert_store_ready
+from .telemetry import record_busy_retry
 from .transaction import JournalTransaction
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
 MAX_ATTEMPTS: Final = 8
+
+logger = logging.getLogger(__name__)
 
 
 def pause(seconds: float) -> None:
@@ -212,11 +216,27 @@ class Runner:
 
 def busy_retry_delay(error: StoreBusyError, attempt: int) -> float:
     """The jittered wait before re-trying a whole transaction that lost a race on its
-    `attempt`-th try; raises `error` when it is not to be retried (not a race, or the
-    attempts are spent)."""
+    `attempt`-th try (logged, and a span event); raises `error` when it is not to be
+    retried (not a race, or the attempts are spent)."""
     if attempt >= MAX_ATTEMPTS or not is_retryable(error.__cause__ or error):
+        if attempt > 1:
+            logger.warning(
+                "cadence-store: transaction still losing races after %d attempts (%s)",
+                attempt,
+                error.code,
+            )
         raise error
-    return random.uniform(0, 0.002 * 2**attempt)
+    delay = random.uniform(0, 0.002 * 2**attempt)
+    logger.info(
+        "cadence-store: transaction lost a race (%s); retrying it whole in %.3f s "
+        "(attempt %d of %d)",
+        error.code,
+        delay,
+        attempt + 1,
+        MAX_ATTEMPTS,
+    )
+    record_busy_retry(attempt, delay)
+    return delay
 
 
 # every live runner, for the fork handler; and what children must keep but never touch

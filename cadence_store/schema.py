@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,8 @@ BRANCH_LABEL: Final = "cadence_store"
 _UPGRADE_LOCK_ID: Final = int.from_bytes(
     hashlib.sha256(b"cadence-store:upgrade").digest()[:8], "big", signed=True
 )
+
+logger = logging.getLogger(__name__)
 
 
 def script_location() -> str:
@@ -127,6 +130,19 @@ def database_label(connection: Connection) -> str:
     return masked_url(url)
 
 
+def database_label_of(engine: Engine) -> str:
+    """`database_label` of an engine: the file, or the URL with its password masked."""
+    url = engine.url
+    return (url.database or ":memory:") if is_sqlite(engine) else masked_url(url)
+
+
+def _log_step(verb: str, label: str, found: str | None, reached: str | None) -> None:
+    if found == reached:
+        logger.debug("cadence-store: %s is at %s already", label, reached)
+    else:
+        logger.info("cadence-store: %s %s from %s to %s", verb, label, found or "nothing", reached)
+
+
 def _sqlite_query(connection: Connection) -> legacy.Query:
     def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in connection.exec_driver_sql(sql, tuple(params)).fetchall()]
@@ -150,19 +166,29 @@ def adopt_if_needed(connection: Connection) -> str | None:
     if VERSION_TABLE in names or not clashing:
         return None
     label = database_label(connection)
-    revision = (
-        legacy.legacy_revision(_sqlite_query(connection), names) if is_sqlite(connection) else None
+    revision, difference = (
+        legacy.assess_legacy(_sqlite_query(connection), names)
+        if is_sqlite(connection)
+        else (None, "cadence 1.x stores are SQLite files")
     )
     if revision is None:
         # A database of nothing but cadence 1.x's tables is a damaged run store; one that
         # holds other tables too is a host's, sharing a name by chance.
         dedicated = names <= set(legacy.LEGACY_TABLES) | legacy.CADENCE_TABLE_NAMES
+        logger.warning(
+            "cadence-store: refusing %s: it holds %s but is not a cadence 1.x run store "
+            "this version can adopt (%s); it is left untouched",
+            label,
+            ", ".join(sorted(clashing)),
+            difference,
+        )
         raise StoreFormatError(
             label,
             "not a cadence 1.x run store this version can adopt",
             clashing_tables=() if dedicated else sorted(clashing),
             schema=schema,
         )
+    logger.info("cadence-store: adopting the cadence 1.x store %s at revision %s", label, revision)
     context = MigrationContext.configure(connection, opts=_version_options(schema))
     context.stamp(ScriptDirectory.from_config(alembic_config()), revision)
     return revision
@@ -249,9 +275,11 @@ def upgrade(
     engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
     try:
         with migration_transaction(engine, schema) as connection:
+            found = current_revision(connection, store_schema(connection))
             command.upgrade(alembic_config(connection), revision)
             reached = current_revision(connection, store_schema(connection))
             forget_store_ready(connection)
+        _log_step("upgraded", database_label_of(engine), found, reached)
         if is_sqlite(engine):
             with engine.connect() as connection:
                 enable_wal(connection)
@@ -268,9 +296,12 @@ def downgrade(bind: str | URL | Engine, revision: str, *, schema: str | None = N
     engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
     try:
         with migration_transaction(engine, schema) as connection:
+            found = current_revision(connection, store_schema(connection))
             command.downgrade(alembic_config(connection), revision)
             forget_store_ready(connection)
-            return current_revision(connection, store_schema(connection))
+            reached = current_revision(connection, store_schema(connection))
+        _log_step("downgraded", database_label_of(engine), found, reached)
+        return reached
     finally:
         if engine is not bind:
             engine.dispose()

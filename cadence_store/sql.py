@@ -91,6 +91,7 @@ def _events_of_run() -> Select[Any]:
             events.c.payload_json,
             events.c.prior_hash,
             events.c.event_hash,
+            events.c.recorded_at,
         )
         .where(events.c.run_id == bindparam("run_id"))
         .order_by(events.c.sequence)
@@ -126,18 +127,6 @@ STATEMENTS: Final[Mapping[str, Callable[[str], ClauseElement]]] = MappingProxyTy
         "operation_timed": lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
         "operation_for_update_timed": lambda _: _timed(
             select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
-        ),
-        "insert_run": lambda _: runs.insert().values(
-            run_id=bindparam("run_id"),
-            root_hash=bindparam("root_hash"),
-            stage=bindparam("stage"),
-            lookup_key=bindparam("lookup_key"),
-            change_name=bindparam("change_name"),
-            provisional_key=bindparam("provisional_key"),
-            state=bindparam("state"),
-            sequence=bindparam("sequence"),
-            event_hash=bindparam("event_hash"),
-            projection_json=bindparam("projection_json"),
         ),
         # Receipts of an operation id, driven by the operation-id index: the run's lookup key
         # comes from a correlated lookup by primary key, NULL for runs of another root or stage

@@ -4,6 +4,9 @@ A run's head moves by compare-and-set: the UPDATE names the head the event was c
 from, so a head that moved meanwhile updates nothing and the caller refuses to go on (a
 chain is never forked). A journal call's receipt is written with its event: on
 PostgreSQL all three writes are one statement (`append_recorded`), one round trip.
+
+Each append records its time in the same statements: the run's `updated_at` and the
+event's `recorded_at` (`append_time`), never part of a hash or of `projection_json`.
 """
 
 from __future__ import annotations
@@ -11,9 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from sqlalchemy import Update, bindparam, exists, func, insert, literal, select, update
+from sqlalchemy import (
+    BigInteger,
+    Insert,
+    Update,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from .journal.vocabulary import COMMITTED
 from .models import events, operations, runs
@@ -44,7 +58,63 @@ def upsert_receipt(dialect_name: str) -> ClauseElement:
     )
 
 
-def advance_run() -> Update:
+def append_time(dialect_name: str) -> ColumnElement[int]:
+    """The time an append records: the bound `now` (the store's clock, milliseconds), or,
+    on PostgreSQL when `now` is NULL, the server's clock read by the statement itself
+    (COALESCE evaluates it only then)."""
+    now = bindparam("now", type_=BigInteger)
+    if dialect_name != "postgresql":
+        return now
+    from .sql import server_time_ms  # sql.py imports this module
+
+    return func.coalesce(now, server_time_ms())
+
+
+def _not_before(dialect_name: str, previous: ColumnElement[int | None]) -> ColumnElement[int]:
+    """`append_time`, or `previous` if that is later.
+
+    A run's times never decrease along its chain, even when the clock steps back (an NTP
+    correction, a failover to a server whose clock lags, another client's `clock=`):
+    readers page and filter by them (`updated_after=`), and "recorded later" must keep
+    meaning "appended later" within a run. So an event is stamped no earlier than the
+    run's `updated_at`, which is the last event's stamp."""
+    if dialect_name == "postgresql":
+        return func.greatest(append_time(dialect_name), previous)  # NULLs are ignored
+    now = append_time(dialect_name)
+    return func.max(now, func.coalesce(previous, now))  # SQLite's max() of NULL is NULL
+
+
+def run_updated_at() -> ColumnElement[int | None]:
+    """The run's `updated_at`, read in an event's INSERT after the run row was written."""
+    return select(runs.c.updated_at).where(RUN_MATCH).scalar_subquery()
+
+
+def insert_run(dialect_name: str) -> Insert:
+    """A new run row, created and updated at one `append_time` (computed once)."""
+    moment = select(append_time(dialect_name).label("now")).subquery("moment")
+    columns = [
+        "run_id",
+        "root_hash",
+        "stage",
+        "lookup_key",
+        "change_name",
+        "provisional_key",
+        "state",
+        "sequence",
+        "event_hash",
+        "projection_json",
+    ]
+    return insert(runs).from_select(
+        [*columns, "created_at", "updated_at"],
+        select(
+            *(bindparam(name, type_=runs.c[name].type) for name in columns),
+            moment.c.now,
+            moment.c.now,
+        ),
+    )
+
+
+def advance_run(dialect_name: str) -> Update:
     """Move a run's head on, only from the head the new event was computed from (a
     compare-and-set: a head that moved meanwhile updates nothing, and forks nothing)."""
     return (
@@ -61,6 +131,7 @@ def advance_run() -> Update:
             delivery_revision=bindparam("delivery_revision"),
             projection_json=bindparam("projection_json"),
             terminal_tombstone=bindparam("terminal_tombstone"),
+            updated_at=_not_before(dialect_name, runs.c.updated_at),
         )
     )
 
@@ -69,13 +140,13 @@ def append_recorded() -> ClauseElement:
     """`advance_unrecorded`, and from the run it advanced the event and the receipt, in
     one statement: the count of runs advanced (0: nothing was written)."""
     advanced = (
-        advance_run()
+        advance_run("postgresql")
         .where(~exists().where(OPERATION_MATCH))
-        .returning(runs.c.run_id)
+        .returning(runs.c.run_id, runs.c.updated_at)
         .cte("advanced_run")
     )
     appended = insert(events).from_select(
-        ["run_id", "sequence", "type", "payload_json", "prior_hash", "event_hash"],
+        ["run_id", "sequence", "type", "payload_json", "prior_hash", "event_hash", "recorded_at"],
         select(
             advanced.c.run_id,
             bindparam("sequence", type_=events.c.sequence.type),
@@ -83,6 +154,7 @@ def append_recorded() -> ClauseElement:
             bindparam("payload_json", type_=events.c.payload_json.type),
             bindparam("prior_hash", type_=events.c.prior_hash.type),
             bindparam("event_hash", type_=events.c.event_hash.type),
+            advanced.c.updated_at,
         ),
     )
     recorded = insert(operations).from_select(
@@ -111,10 +183,15 @@ APPEND_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         payload_json=bindparam("payload_json"),
         prior_hash=bindparam("prior_hash"),
         event_hash=bindparam("event_hash"),
+        # written right after its run row: the time that row was stamped with
+        recorded_at=run_updated_at(),
     ),
-    "advance_run": lambda _: advance_run(),
+    "insert_run": insert_run,
+    "advance_run": advance_run,
     # the same, only while the operation id has no row yet (the receipt is written next)
-    "advance_unrecorded": lambda _: advance_run().where(~exists().where(OPERATION_MATCH)),
+    "advance_unrecorded": lambda dialect_name: advance_run(dialect_name).where(
+        ~exists().where(OPERATION_MATCH)
+    ),
     # all three writes of a recorded append as one statement (PostgreSQL: one round trip)
     "append_recorded": lambda _: append_recorded(),
     "insert_receipt": lambda _: operations.insert().values(

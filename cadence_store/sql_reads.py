@@ -18,6 +18,9 @@ def _count(table: Any) -> Any:
 
 
 READ_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
+    "run_times": lambda _: select(runs.c.created_at, runs.c.updated_at).where(
+        runs.c.run_id == bindparam("run_id")
+    ),
     "count_rows": lambda _: select(
         _count(runs), _count(events), _count(operations), _count(delivery_bindings)
     ),
@@ -68,13 +71,14 @@ def listing_statement(listing: RunListing) -> str:
     return (
         f"{LISTING}:{len(listing.stages)}:{len(listing.states)}:{int(listing.change is not None)}"
         f":{int(listing.root_hash is not None)}:{int(listing.after is not None)}"
-        f":{int(listing.limit is not None)}"
+        f":{int(listing.limit is not None)}:{int(listing.updated_after is not None)}"
+        f":{int(listing.updated_before is not None)}"
     )
 
 
 def listing_of(name: str) -> ClauseElement:
     """The statement `listing_statement` named: the runs of one filter shape, in order."""
-    prefix, stages, states, change, root, after, limit = name.split(":")
+    prefix, stages, states, change, root, after, limit, since, until = name.split(":")
     assert prefix == LISTING
     statement = select(runs.c.run_id, runs.c.projection_json)
     if int(stages):
@@ -87,6 +91,11 @@ def listing_of(name: str) -> ClauseElement:
         statement = statement.where(runs.c.root_hash == bindparam("root_hash"))
     if int(after):
         statement = statement.where(runs.c.run_id > bindparam("after"))
+    # a run without times (cadence 1.x's, never appended to since) matches neither
+    if int(since):
+        statement = statement.where(runs.c.updated_at > bindparam("updated_after"))
+    if int(until):
+        statement = statement.where(runs.c.updated_at < bindparam("updated_before"))
     # keyset pagination: run ids in the engine's order, resumed after the last one seen
     statement = statement.order_by(runs.c.run_id)
     if int(limit):

@@ -118,6 +118,7 @@ class EventRow(NamedTuple):
     payload_json: str
     prior_hash: str
     event_hash: str
+    recorded_at: int | None
 
 
 class AppendedRow(NamedTuple):

@@ -58,11 +58,13 @@ from .state_root import (
     prepare_state_root,
     secure_database_files,
 )
+from .telemetry import instrument
 from .unit_of_work import UnitOfWork
 
 Write = Callable[[Session], object]
 
 
+@instrument
 class RunStore:
     """The run journal on one database (a URL, or a host's `Engine`)."""
 
@@ -431,9 +433,12 @@ class RunStore:
         limit: int | None = None,
         after: str | None = None,
         root_hash: str | None = None,
+        updated_after: int | None = None,
+        updated_before: int | None = None,
     ) -> list[RunProjection]:
         """Stored projections of the matching runs in run id order (see
-        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`."""
+        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`;
+        `updated_after` / `updated_before`: last appended to after / before (ms)."""
         return self.runner.read(
             lambda runs: runs.list_runs(
                 stage=stage,
@@ -442,6 +447,8 @@ class RunStore:
                 limit=limit,
                 after=after,
                 root_hash=root_hash,
+                updated_after=updated_after,
+                updated_before=updated_before,
             )
         )
 

@@ -28,6 +28,7 @@ from .journal.validation import require_clock, require_root_hash
 from .repository import Clock, RunRepository
 from .schema import require_schema_name
 from .shape import assert_store_ready
+from .telemetry import instrument_unit_of_work
 from .transaction import JournalTransaction
 
 
@@ -95,6 +96,7 @@ def release(transaction: JournalTransaction, connection: Connection) -> None:
         connection.close()
 
 
+@instrument_unit_of_work
 class UnitOfWork:
     """One transaction for journal calls (`uow.runs`) and a host's rows (`uow.session`).
 

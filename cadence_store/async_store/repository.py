@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from ..failures import WRITE, database_errors
 from ..journal.values import BindDelivery
 from ..repository import Clock, RunRepository
+from ..telemetry import instrument
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,6 +32,7 @@ def _awaitable(
     return call
 
 
+@instrument
 class AsyncRunRepository:
     """The journal's rules inside a caller's `AsyncSession` transaction; it never commits.
 

@@ -23,6 +23,7 @@ from ..failures import WRITE, database_errors, is_database_error, translate_host
 from ..journal.validation import require_clock, require_root_hash
 from ..repository import Clock, RunRepository
 from ..schema import require_schema_name
+from ..telemetry import instrument_unit_of_work
 from ..transaction import JournalTransaction
 from ..unit_of_work import finish, open_write_transaction, release, rollback_quietly
 from .repository import AsyncRunRepository
@@ -53,6 +54,7 @@ async def run_to_the_end(
     return result
 
 
+@instrument_unit_of_work
 class AsyncUnitOfWork:
     """One write transaction: `async with store.unit_of_work() as uow:` (see `UnitOfWork`).
 

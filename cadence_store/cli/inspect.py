@@ -242,6 +242,8 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
                     for o in detail.operations
                 ],
                 "timeline": [step.to_dict() for step in detail.timeline],
+                "createdAt": detail.created_at,
+                "updatedAt": detail.updated_at,
             }
         )
         return
@@ -271,7 +273,7 @@ def list_events(run_id: str, url: str | None, as_json: bool) -> None:
                     }
                 )
             return
-        listing = render.table("SEQ", "TYPE", "PAYLOAD", "PRIOR HASH", "HASH")
+        listing = render.table("SEQ", "TYPE", "PAYLOAD", "PRIOR HASH", "HASH", "RECORDED")
         for event in store.iter_events(run_id):
             listing.add_row(
                 str(event.sequence),
@@ -279,5 +281,6 @@ def list_events(run_id: str, url: str | None, as_json: bool) -> None:
                 js_stringify(event.payload),
                 render.short(event.prior_hash),
                 render.short(event.hash),
+                render.local_time(event.recorded_at),
             )
     render.console().print(listing)

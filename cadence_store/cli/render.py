@@ -260,6 +260,14 @@ def timestamp(ms: int | None, *, now: int | None = None) -> str:
     return f"{moment} ({relative})"
 
 
+def local_time(ms: int | None) -> str:
+    """Epoch milliseconds as a local ISO time (`2026-01-15T10:30:00.000+01:00`); "-" for
+    a time nobody recorded (events cadence 1.x wrote)."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone().isoformat(timespec="milliseconds")
+
+
 def _duration(seconds: int) -> str:
     if seconds >= 86_400:
         return f"{seconds // 86_400}d{(seconds % 86_400) // 3_600}h"
@@ -296,6 +304,8 @@ def print_run_detail(detail: RunDetail, *, now: int) -> None:
         "head hash": projection.event_hash,
         "delivery revision": projection.delivery_revision,
         "root hash": projection.root_hash,
+        "created": local_time(detail.created_at),
+        "updated": local_time(detail.updated_at),
     }
     out.print(key_values({k: v for k, v in summary.items() if v is not None}, title="Run"))
     out.print()
@@ -325,13 +335,14 @@ def print_run_detail(detail: RunDetail, *, now: int) -> None:
         )
     out.print(listing if receipts else "Operations: none")
     out.print()
-    listing = table("SEQ", "EVENT", "STATE", "CODE", title="State timeline")
+    listing = table("SEQ", "EVENT", "STATE", "CODE", "RECORDED", title="State timeline")
     for step in timeline:
         listing.add_row(
             str(step.sequence),
             step.event,
             step.state if step.state is not None else f"(chain broken: {step.error})",
             text(step.code),
+            local_time(step.recorded_at),
         )
     out.print(listing)
     path = " → ".join(step.state for step in timeline if step.state is not None)

@@ -225,6 +225,11 @@ class RunEvent(_Value):
     payload: dict[str, Any]
     prior_hash: StrictStr
     hash: StrictStr
+    # cadence-store's addition, not in the hash: when the event was appended (ms by the
+    # store's clock); None for events cadence 1.x wrote
+    recorded_at: StrictInt | None = None
+
+    cadence_additions: ClassVar[frozenset[str]] = frozenset({"recorded_at"})
 
 
 class OperationLease(_Value):

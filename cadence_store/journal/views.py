@@ -62,6 +62,7 @@ class TimelineEntry(_Value):
     state: StrictStr | None = None
     code: StrictStr | None = None
     error: StrictStr | None = None
+    recorded_at: StrictInt | None = None  # the event's; None for events cadence 1.x wrote
 
 
 class RunDetail(_Value):
@@ -71,6 +72,10 @@ class RunDetail(_Value):
     delivery_bindings: tuple[BindingRecord, ...] = ()
     operations: tuple[OperationRecord, ...] = ()
     timeline: tuple[TimelineEntry, ...] = ()
+    # ms by the store's clock: the first event's and the last event's time (None for runs
+    # cadence 1.x wrote, until cadence-store appends to them)
+    created_at: StrictInt | None = None
+    updated_at: StrictInt | None = None
 
 
 class StoreCounts(_Value):
@@ -93,6 +98,16 @@ class RunListing:
     root_hash: str | None = None
     limit: int | None = None
     after: str | None = None
+    updated_after: int | None = None  # runs whose updated_at is later than this (ms)
+    updated_before: int | None = None  # ... earlier than this
+
+
+def _time_filter(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not is_safe_integer(value):
+        raise InvalidInputError("invalid-time-filter", f"{name} is integer milliseconds")
+    return value
 
 
 def _names(value: object, allowed: frozenset[str], code: str) -> tuple[str, ...]:
@@ -118,6 +133,8 @@ def check_run_listing(
     root_hash: object = None,
     limit: object = None,
     after: object = None,
+    updated_after: object = None,
+    updated_before: object = None,
 ) -> RunListing:
     """Validate `list_runs` arguments; an unknown stage or state is an error, not an
     empty page (a typo should not look like "no runs")."""
@@ -134,6 +151,8 @@ def check_run_listing(
         root_hash=None if root_hash is None else require_root_hash(root_hash),
         limit=limit,
         after=after,
+        updated_after=_time_filter(updated_after, "updated_after"),
+        updated_before=_time_filter(updated_before, "updated_before"),
     )
 
 
@@ -161,7 +180,12 @@ def state_timeline(events: Iterable[RunEvent]) -> tuple[TimelineEntry, ...]:
             projection = apply_event(projection, event.sequence, event.type, payload, event.hash)
         except CadenceStoreError as error:
             entries.append(
-                TimelineEntry(sequence=event.sequence, event=event.type, error=error.code)
+                TimelineEntry(
+                    sequence=event.sequence,
+                    event=event.type,
+                    error=error.code,
+                    recorded_at=event.recorded_at,
+                )
             )
             break
         if projection is not None and event.type in STATE_SETTING_EVENTS:
@@ -171,6 +195,7 @@ def state_timeline(events: Iterable[RunEvent]) -> tuple[TimelineEntry, ...]:
                     event=event.type,
                     state=projection["state"],
                     code=projection.get("pauseCode"),
+                    recorded_at=event.recorded_at,
                 )
             )
     return tuple(entries)

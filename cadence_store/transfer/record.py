@@ -226,6 +226,22 @@ def _with_fence(row: object) -> object:
     return {**row, "lease_fence": 1 if row.get("kind") == KIND_LEASE else None}
 
 
+# columns added by revision cs0003: an export made before it has none (unknown times)
+_TIMES: Final[dict[str, tuple[str, ...]]] = {
+    "run": ("created_at", "updated_at"),
+    "events": ("recorded_at",),
+}
+
+
+def _with_times(row: object, key: str) -> object:
+    """A row of an export made before timestamps (revision cs0003) gets NULL times, as
+    that revision gives the rows it finds."""
+    names = _TIMES[key]
+    if not isinstance(row, dict) or all(name in row for name in names):
+        return row
+    return {**row, **{name: row.get(name) for name in names}}
+
+
 def parse_record(text: str, line: int | None = None) -> Record:
     """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
     try:
@@ -236,7 +252,7 @@ def parse_record(text: str, line: int | None = None) -> Record:
         raise _hostile(TOO_DEEP, line, "JSON nested too deep") from None
     if not isinstance(value, dict) or set(value) != set(RECORD_KEYS):
         raise invalid_record(line, f"expected an object with keys {list(RECORD_KEYS)}")
-    run = _check_row(value["run"], runs, "run", line)
+    run = _check_row(_with_times(value["run"], "run"), runs, "run", line)
     run_id = run["run_id"]
     children: dict[ChildKey, list[Row]] = {}
     for key in CHILD_KEYS:
@@ -245,6 +261,8 @@ def parse_record(text: str, line: int | None = None) -> Record:
             raise invalid_record(line, f"{key} is not a list")
         if key == "operations":
             items = [_with_fence(item) for item in items]
+        elif key == "events":
+            items = [_with_times(item, key) for item in items]
         rows = [_check_row(item, TABLES[key], f"{key}[{i}]", line) for i, item in enumerate(items)]
         for row in rows:
             if row["run_id"] != run_id:

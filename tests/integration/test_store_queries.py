@@ -213,7 +213,12 @@ def test_run_detail(store, clock):
     assert operations["pause"].outcome["pauseCode"] == "operator-pause"
     assert "token" not in operations["working"].to_dict()  # a reader never gets a token
 
-    assert [entry.to_dict() for entry in detail.timeline] == [
+    times = [entry.recorded_at for entry in detail.timeline]
+    assert None not in times and times == sorted(times)  # type: ignore[type-var]
+    assert [
+        entry.model_dump(exclude={"recorded_at"}, exclude_none=True, by_alias=True)
+        for entry in detail.timeline
+    ] == [
         {"sequence": 1, "event": EventType.RUN_CREATED, "state": "created"},
         {
             "sequence": 4,
@@ -244,7 +249,7 @@ def test_run_detail_of_an_unknown_run(store, rejected):
         store.run_detail(42)  # type: ignore[arg-type]
 
 
-def test_run_detail_timeline_stops_where_the_chain_stops_applying(store, db):
+def test_run_detail_timeline_stops_where_the_chain_stops_applying(store, db, clock):
     run = store.start_run("abel-implement", change="login-flow", operation_id="start")
     store.transition(run.run_id, "paused", operation_id="pause")
     store.transition(run.run_id, "ready", operation_id="resume")
@@ -255,8 +260,13 @@ def test_run_detail_timeline_stops_where_the_chain_stops_applying(store, db):
         )
     detail = store.run_detail(run.run_id)
     assert [entry.to_dict() for entry in detail.timeline] == [
-        {"sequence": 1, "event": "run-created", "state": "created"},
-        {"sequence": 2, "event": "state-transitioned", "error": "event-integrity-state-mismatch"},
+        {"sequence": 1, "event": "run-created", "state": "created", "recordedAt": clock.now},
+        {
+            "sequence": 2,
+            "event": "state-transitioned",
+            "error": "event-integrity-state-mismatch",
+            "recordedAt": clock.now,
+        },
     ]
 
 

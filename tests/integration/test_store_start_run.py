@@ -27,7 +27,7 @@ def is_run_id(value: str) -> bool:
     return parsed.version == 7 and str(parsed) == value
 
 
-def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_rows):
+def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_rows, clock):
     run = store.start_run(
         "abel-implement", change="durable-control-plane", operation_id="start-001"
     )
@@ -85,6 +85,8 @@ def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_r
         "delivery_revision": None,
         "projection_json": run.to_json(),
         "terminal_tombstone": None,
+        "created_at": clock.now,
+        "updated_at": clock.now,
     }
     assert table_rows("operations") == [
         {

@@ -1,0 +1,473 @@
+"""Traces and metrics of the public calls, with the `otel` extra (opentelemetry-api).
+
+`instrument(cls)` gives every public method of `RunStore`, `AsyncRunStore`,
+`RunRepository`, `AsyncRunRepository` a span named `cadence_store.<method>` (tracer
+`cadence_store`), a child of the caller's current span, and a unit of work one span from
+its `with` to its end (`cadence_store.unit_of_work`). Attributes: `db.system`,
+`cadence_store.run_id`, `cadence_store.operation_id`, `cadence_store.replayed` (journal
+writes: no new event was appended), and on a failure `cadence_store.error_code` with
+status ERROR. Only the outermost call of the library has a span: `RunStore.transition`
+calling `RunRepository.transition` is one span. Metrics (meter `cadence_store`): counters
+`cadence_store.events.appended`, `cadence_store.leases.fenced`, histogram
+`cadence_store.call.duration` (seconds, attribute `method`).
+
+Without opentelemetry-api installed nothing is imported and `instrument` leaves the
+classes as they are: a call costs what it did before. With the API but no SDK set up (the
+API's proxy or no-op providers), a call checks that and skips its span and measurements;
+the costs are measured by `python -m benchmarks.telemetry`.
+
+Never an attribute from a payload, a lease token or a URL: only ids the caller chose
+(run and operation ids), the dialect's name and error codes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from types import FunctionType
+from typing import Any, Final, TypeVar
+
+from .errors import CadenceStoreError, LeaseFencedError
+
+
+def _api_installed() -> bool:
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except ModuleNotFoundError:  # no `opentelemetry` namespace at all
+        return False
+
+
+C = TypeVar("C", bound=type)
+OTEL_AVAILABLE: Final = _api_installed()
+NAME: Final = "cadence_store"
+UNIT_OF_WORK_SPAN: Final = "cadence_store.unit_of_work"
+# the calls whose span says whether they appended an event (`cadence_store.replayed`)
+JOURNAL_WRITES: Final = frozenset(
+    {
+        "start_run",
+        "bind_change",
+        "bind_delivery",
+        "bind_delivery_atomically",
+        "bind_deliveries",
+        "bind_deliveries_atomically",
+        "bind_deliveries_once",
+        "transition",
+        "transition_atomically",
+        "transition_once",
+    }
+)
+# public methods that get no span of their own
+_UNTRACED: Final = frozenset({"unit_of_work"})
+
+
+class _Call:
+    """The library call in progress (outermost only) and what it did so far."""
+
+    __slots__ = ("appended", "span")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.appended = 0
+
+
+_current: ContextVar[_Call | None] = ContextVar("cadence_store_call", default=None)
+
+
+class _Otel:
+    """The API's objects, imported on first use."""
+
+    def __init__(self) -> None:
+        from opentelemetry import metrics, trace
+        from opentelemetry.trace import Status, StatusCode
+
+        # Providers named by environment variables are loaded by the first get_*_provider()
+        # call: make that call now, so that the globals `idle` reads are set.
+        trace.get_tracer_provider()
+        metrics.get_meter_provider()
+        self._trace_module = trace
+        self._metrics_module = getattr(metrics, "_internal", None)
+        self.trace = trace
+        self.tracer = trace.get_tracer(NAME)
+        meter = metrics.get_meter(NAME)
+        self.appended = meter.create_counter(
+            "cadence_store.events.appended", unit="{event}", description="events appended"
+        )
+        self.fenced = meter.create_counter(
+            "cadence_store.leases.fenced", unit="{lease}", description="calls refused lease-fenced"
+        )
+        self.duration = meter.create_histogram(
+            "cadence_store.call.duration", unit="s", description="duration of a public call"
+        )
+        self._status = Status
+        self._error = StatusCode.ERROR
+
+    def idle(self) -> bool:
+        """No tracer or meter provider set up (the API's stand-ins answer): nothing would
+        be recorded, so a call skips its span and measurements. Read from the API's
+        globals (two attribute reads): its public getters look at the environment on
+        every call, which cost more than the rest of the check (measured)."""
+        return (
+            getattr(self._trace_module, "_TRACER_PROVIDER", False) is None
+            and getattr(self._metrics_module, "_METER_PROVIDER", False) is None
+        )
+
+    def error_status(self, code: str) -> Any:
+        return self._status(self._error, code)
+
+
+_otel: _Otel | None = None
+
+
+def _api() -> _Otel:
+    global _otel
+    if _otel is None:
+        _otel = _Otel()
+    return _otel
+
+
+# -- what the library's internals tell the current call ------------------------------------
+
+
+def note_appended(count: int = 1) -> None:
+    """An event was appended inside the current call (the repository's append path)."""
+    call = _current.get()
+    if call is not None:
+        call.appended += count
+
+
+def record_busy_retry(attempt: int, delay_s: float) -> None:
+    """The call's transaction lost a race and is retried whole: a span event; the events
+    of the rolled-back attempt no longer count."""
+    call = _current.get()
+    if call is not None:
+        call.appended = 0
+        call.span.add_event(
+            "cadence_store.busy_retry", {"attempt": attempt, "delay_s": round(delay_s, 6)}
+        )
+
+
+def record_failover_rerun(retry: int, remaining_s: float) -> None:
+    """The call lost its connection and is re-run (`failover.py`), `remaining_s` of its
+    budget left: a span event."""
+    call = _current.get()
+    if call is not None:
+        call.appended = 0
+        call.span.add_event(
+            "cadence_store.failover_rerun",
+            {"retry": retry, "remaining_s": round(max(remaining_s, 0.0), 3)},
+        )
+
+
+# -- spans -----------------------------------------------------------------------------
+
+
+def _db_system(owner: Any) -> str | None:
+    """The dialect's name of a store, repository or unit of work, without a round trip."""
+    for path in ("engine", "_engine", "_base_engine"):
+        engine = getattr(owner, path, None)
+        if engine is not None:
+            return str(engine.dialect.name)
+    sync = getattr(owner, "sync", owner)  # AsyncRunRepository's RunRepository
+    name = getattr(sync, "_dialect_name", None)
+    if name is not None:
+        return str(name)
+    for path in ("_own_connection", "_session"):
+        bound = getattr(sync, path, None)
+        if bound is not None:
+            try:
+                return str(
+                    bound.get_bind().dialect.name if path == "_session" else bound.dialect.name
+                )
+            except Exception:  # a session bound to nothing yet: no attribute
+                return None
+    return None
+
+
+def _id_of(value: Any, key: str, alias: str) -> str | None:
+    found = (
+        value.get(key, value.get(alias))
+        if isinstance(value, Mapping)
+        else getattr(value, key, None)
+    )
+    return found if isinstance(found, str) else None
+
+
+def _picker(
+    signature: inspect.Signature,
+) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, str]]:
+    """Reads the run id and operation id of a call from its arguments (or its lease's)."""
+    names = [
+        name
+        for name, parameter in signature.parameters.items()
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+    ]
+
+    def position(name: str) -> int | None:
+        return names.index(name) if name in names else None
+
+    where = {name: position(name) for name in ("run_id", "operation_id", "lease")}
+
+    def argument(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        index = where[name]
+        if name in kwargs:
+            return kwargs[name]
+        return args[index] if index is not None and index < len(args) else None
+
+    def pick(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
+        attributes: dict[str, str] = {}
+        lease = argument("lease", args, kwargs)
+        run_id = argument("run_id", args, kwargs)
+        operation_id = argument("operation_id", args, kwargs)
+        if lease is not None:  # its ids only: never its token
+            run_id = run_id if isinstance(run_id, str) else _id_of(lease, "run_id", "runId")
+            if not isinstance(operation_id, str):
+                operation_id = _id_of(lease, "operation_id", "operationId")
+        if isinstance(run_id, str):
+            attributes["cadence_store.run_id"] = run_id
+        if isinstance(operation_id, str):
+            attributes["cadence_store.operation_id"] = operation_id
+        return attributes
+
+    return pick
+
+
+def _mark_failed(span: Any, otel: _Otel, error: BaseException) -> None:
+    """Status ERROR and the error's code (its class name when it has none); never its
+    message, which may quote stored values."""
+    code = error.code if isinstance(error, CadenceStoreError) else type(error).__name__
+    span.set_attribute("cadence_store.error_code", code)
+    span.set_status(otel.error_status(code))
+
+
+class _Span:
+    """Opens the span of an outermost call and closes it with its outcome."""
+
+    __slots__ = ("call", "journal_write", "method", "otel", "scope", "started", "token")
+
+    def __init__(self, method: str, journal_write: bool) -> None:
+        self.method = method
+        self.journal_write = journal_write
+
+    def open(self, owner: Any, attributes: dict[str, Any], span_name: str) -> None:
+        self.otel = otel = _api()
+        self.scope = otel.tracer.start_as_current_span(
+            span_name, record_exception=False, set_status_on_exception=False
+        )
+        span = self.scope.__enter__()
+        if span.is_recording():
+            system = _db_system(owner)
+            if system is not None:
+                attributes["db.system"] = system
+            span.set_attributes(attributes)
+        self.call = _Call(span)
+        self.token = _current.set(self.call)
+        self.started = time.perf_counter()
+
+    def close(self, result: Any, error: BaseException | None) -> None:
+        call, otel = self.call, self.otel
+        span = call.span
+        _current.reset(self.token)
+        method = {"method": self.method}
+        try:
+            if error is not None:
+                _mark_failed(span, otel, error)
+                if isinstance(error, LeaseFencedError):
+                    otel.fenced.add(1, method)
+            else:
+                if self.journal_write:
+                    span.set_attribute("cadence_store.replayed", call.appended == 0)
+                run_id = getattr(result, "run_id", None)
+                if isinstance(run_id, str):
+                    span.set_attribute("cadence_store.run_id", run_id)
+            if call.appended:
+                otel.appended.add(call.appended, method)
+            otel.duration.record(time.perf_counter() - self.started, method)
+        finally:
+            self.scope.__exit__(None, None, None)
+
+
+def _traced(
+    name: str, method: Callable[..., Any], signature: inspect.Signature
+) -> Callable[..., Any]:
+    span_name = f"{NAME}.{name}"
+    journal_write = name in JOURNAL_WRITES
+    pick = _picker(signature)
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def traced_async(*args: Any, **kwargs: Any) -> Any:
+            if _current.get() is not None or _api().idle():  # nested, or nothing records
+                return await method(*args, **kwargs)
+            span = _Span(name, journal_write)
+            span.open(args[0] if args else None, pick(args, kwargs), span_name)
+            try:
+                result = await method(*args, **kwargs)
+            except BaseException as error:
+                span.close(None, error)
+                raise
+            span.close(result, None)
+            return result
+
+        return traced_async
+
+    @functools.wraps(method)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if _current.get() is not None or _api().idle():  # nested, or nothing records
+            return method(*args, **kwargs)
+        span = _Span(name, journal_write)
+        span.open(args[0] if args else None, pick(args, kwargs), span_name)
+        try:
+            result = method(*args, **kwargs)
+        except BaseException as error:
+            span.close(None, error)
+            raise
+        span.close(result, None)
+        return result
+
+    return traced
+
+
+def instrument(cls: C) -> C:
+    """Give `cls`'s public methods their spans (a class decorator; nothing without the
+    API). A method that forwards `*args` (the async classes') is read with the parameters
+    of `RunRepository`'s method of the same name."""
+    if not OTEL_AVAILABLE:
+        return cls
+    for name in dir(cls):
+        if name.startswith("_") or name in _UNTRACED:
+            continue
+        raw = inspect.getattr_static(cls, name)
+        if not isinstance(raw, FunctionType) or getattr(raw, "__cadence_traced__", False):
+            continue
+        if inspect.isgeneratorfunction(raw) or inspect.isasyncgenfunction(raw):
+            continue  # a stream: its span would end before it is read
+        signature = inspect.signature(raw)
+        forwarded = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
+        if forwarded:
+            from .repository import RunRepository  # loaded before any class forwards to it
+
+            if hasattr(RunRepository, name):
+                signature = inspect.signature(getattr(RunRepository, name))
+        traced = _traced(name, raw, signature)
+        traced.__cadence_traced__ = True  # type: ignore[attr-defined]
+        setattr(cls, name, traced)
+    return cls
+
+
+def instrument_unit_of_work(cls: C) -> C:
+    """A unit of work's span: from `__enter__` (`__aenter__`) to the end of its block,
+    committed or rolled back; the calls inside are its children. None when the unit of
+    work is a library call's own (`RunStore` runs some calls in one)."""
+    if not OTEL_AVAILABLE:
+        return cls
+    for enter_name, exit_name in (("__enter__", "__exit__"), ("__aenter__", "__aexit__")):
+        enter = cls.__dict__.get(enter_name)
+        leave = cls.__dict__.get(exit_name)
+        if enter is None or leave is None:
+            continue
+        asynchronous = inspect.iscoroutinefunction(enter)
+        setattr(cls, enter_name, _entering(enter, asynchronous))
+        setattr(cls, exit_name, _leaving(leave, asynchronous))
+    return cls
+
+
+def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
+    def open_span(self: Any) -> None:
+        self._telemetry_scope = None
+        if _current.get() is None and not _api().idle():
+            scope = _api().tracer.start_as_current_span(
+                UNIT_OF_WORK_SPAN, record_exception=False, set_status_on_exception=False
+            )
+            span = scope.__enter__()
+            if span.is_recording():
+                system = _db_system(self)
+                if system is not None:
+                    span.set_attribute("db.system", system)
+            self._telemetry_scope = (scope, span, time.perf_counter())
+
+    def failed(self: Any, error: BaseException) -> None:
+        _close_unit_of_work(self, error)
+
+    if asynchronous:
+
+        @functools.wraps(enter)
+        async def aenter(self: Any) -> Any:
+            open_span(self)
+            try:
+                return await enter(self)
+            except BaseException as error:
+                failed(self, error)
+                raise
+
+        return aenter
+
+    @functools.wraps(enter)
+    def sync_enter(self: Any) -> Any:
+        open_span(self)
+        try:
+            return enter(self)
+        except BaseException as error:
+            failed(self, error)
+            raise
+
+    return sync_enter
+
+
+def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
+    if asynchronous:
+
+        @functools.wraps(leave)
+        async def aexit(self: Any, *exc_info: Any) -> Any:
+            try:
+                result = await leave(self, *exc_info)
+            except BaseException as error:
+                _close_unit_of_work(self, error)
+                raise
+            _close_unit_of_work(self, exc_info[1])
+            return result
+
+        return aexit
+
+    @functools.wraps(leave)
+    def sync_exit(self: Any, *exc_info: Any) -> Any:
+        try:
+            result = leave(self, *exc_info)
+        except BaseException as error:
+            _close_unit_of_work(self, error)
+            raise
+        _close_unit_of_work(self, exc_info[1])
+        return result
+
+    return sync_exit
+
+
+def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
+    opened = getattr(owner, "_telemetry_scope", None)
+    if opened is None:
+        return
+    owner._telemetry_scope = None
+    scope, span, started = opened
+    otel = _api()
+    method = {"method": "unit_of_work"}
+    try:
+        if error is not None:
+            _mark_failed(span, otel, error)
+        otel.duration.record(time.perf_counter() - started, method)
+    finally:
+        scope.__exit__(None, None, None)
+
+
+__all__ = [
+    "JOURNAL_WRITES",
+    "OTEL_AVAILABLE",
+    "instrument",
+    "instrument_unit_of_work",
+    "note_appended",
+    "record_busy_retry",
+    "record_failover_rerun",
+]
