@@ -160,6 +160,11 @@ class RepositoryCore:
         """The session of this repository's transaction (for host rows)."""
         return self.transaction.session
 
+    @property
+    def dialect_name(self) -> str | None:
+        """The engine's name (`sqlite`, `postgresql`), None while not known yet."""
+        return self.transaction.dialect_name
+
     # -- connections and locks -------------------------------------------------------
 
     def _write_statements(self) -> Statements:

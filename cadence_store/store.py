@@ -146,6 +146,11 @@ class RunStore:
         )
 
     @property
+    def dialect_name(self) -> str:
+        """The engine's name (`sqlite`, `postgresql`)."""
+        return str(self.engine.dialect.name)
+
+    @property
     def runner(self) -> Runner:
         """How this store's calls become transactions (`runner.py`)."""
         assert self._runner is not None  # set at the end of __init__

@@ -166,25 +166,10 @@ def record_failover_rerun(retry: int, remaining_s: float) -> None:
 
 
 def _db_system(owner: Any) -> str | None:
-    """The dialect's name of a store, repository or unit of work, without a round trip."""
-    for path in ("engine", "_engine", "_base_engine"):
-        engine = getattr(owner, path, None)
-        if engine is not None:
-            return str(engine.dialect.name)
-    sync = getattr(owner, "sync", owner)  # AsyncRunRepository's RunRepository
-    name = getattr(sync, "_dialect_name", None)
-    if name is not None:
-        return str(name)
-    for path in ("_own_connection", "_session"):
-        bound = getattr(sync, path, None)
-        if bound is not None:
-            try:
-                return str(
-                    bound.get_bind().dialect.name if path == "_session" else bound.dialect.name
-                )
-            except Exception:  # a session bound to nothing yet: no attribute
-                return None
-    return None
+    """The dialect's name of a store, repository or unit of work (its `dialect_name`),
+    known without a round trip."""
+    name = getattr(owner, "dialect_name", None)
+    return None if name is None else str(name)
 
 
 def _id_of(value: Any, key: str, alias: str) -> str | None:

@@ -162,6 +162,18 @@ class JournalTransaction:
     # -- what a call uses ----------------------------------------------------------------
 
     @property
+    def dialect_name(self) -> str | None:
+        """The engine's name (`sqlite`, `postgresql`), known without beginning anything:
+        None for a host session bound to nothing yet."""
+        if self._profile is not None:
+            return self._profile.name
+        assert self._host_session is not None
+        try:
+            return str(self._host_session.get_bind().dialect.name)
+        except Exception:  # no bind (yet): nothing to name
+            return None
+
+    @property
     def profile(self) -> DialectProfile:
         profile = self._profile
         if profile is None:

@@ -129,6 +129,11 @@ class UnitOfWork:
         return self._transaction.session
 
     @property
+    def dialect_name(self) -> str:
+        """The engine's name (`sqlite`, `postgresql`)."""
+        return str(self._engine.dialect.name)
+
+    @property
     def runs(self) -> RunRepository:
         """The journal inside this unit of work's transaction."""
         if self._runs is None:

@@ -76,6 +76,11 @@ class AsyncRunRepository:
         return self._session_of()
 
     @property
+    def dialect_name(self) -> str | None:
+        """The engine's name (`sqlite`, `postgresql`), None while not known yet."""
+        return self.sync.dialect_name
+
+    @property
     def root_hash(self) -> str | None:
         """The root hash of runs this repository starts (None: it starts none)."""
         return self.sync.root_hash

@@ -151,6 +151,11 @@ class AsyncRunStore:
         self._owned.append(engine)
         return engine
 
+    @property
+    def dialect_name(self) -> str:
+        """The engine's name (`sqlite`, `postgresql`)."""
+        return str(self.engine.dialect.name)
+
     @classmethod
     async def open(cls, root: StateRoot, *, clock: Clock | None = None) -> AsyncRunStore:
         """The owner-private embedded store of a state root, as `RunStore.open` opens it

@@ -94,6 +94,11 @@ class AsyncUnitOfWork:
         return self._session
 
     @property
+    def dialect_name(self) -> str:
+        """The engine's name (`sqlite`, `postgresql`)."""
+        return str(self._engine.dialect.name)
+
+    @property
     def runs(self) -> AsyncRunRepository:
         """The journal inside this unit of work's transaction."""
         if self._runs is None:
