@@ -84,6 +84,28 @@ def parse_url(url: str | URL) -> URL:
         raise _bad(str(error)) from None
 
 
+# The query parameters SQLAlchemy's SQLite dialects hand to `sqlite3.connect`, typed
+# there with a bare `int()`/`float()`/bool parse: checked here so a bad one is coded.
+_SQLITE_NUMBERS: Final = {"timeout": float, "cached_statements": int, "detect_types": int}
+_SQLITE_FLAGS: Final = ("check_same_thread", "uri")
+_TRUE_FALSE: Final = frozenset({"true", "false", "1", "0", "yes", "no", "on", "off"})
+
+
+def _check_sqlite_query(url: URL) -> None:
+    for key, kind in _SQLITE_NUMBERS.items():
+        if key in url.query:
+            value = _single(url, key)
+            try:
+                number = kind(value)
+            except ValueError:
+                raise _bad(f"{key} must be a {kind.__name__}, not {value!r}") from None
+            if not math.isfinite(number) or number < 0:
+                raise _bad(f"{key} must be a {kind.__name__} >= 0, not {value!r}")
+    for key in _SQLITE_FLAGS:
+        if key in url.query and _single(url, key).lower() not in _TRUE_FALSE:
+            raise _bad(f"{key} must be true or false, not {_single(url, key)!r}")
+
+
 def _single(url: URL, key: str) -> str:
     value = url.query[key]
     if not isinstance(value, str):
@@ -121,14 +143,8 @@ def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
     arguments converted to their types (for `connect_args`); every other parameter checked.
     """
     backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "sqlite" and "timeout" in url.query:
-        value = _single(url, "timeout")
-        try:
-            seconds = float(value)
-        except ValueError:
-            raise _bad(f"timeout must be a number of seconds, not {value!r}") from None
-        if not math.isfinite(seconds) or seconds < 0:
-            raise _bad(f"timeout must be a number of seconds, not {value!r}")
+    if backend == "sqlite":
+        _check_sqlite_query(url)
         return url, {}
     if backend != "postgresql" or driver != "psycopg":
         return url, {}

@@ -93,3 +93,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in ("operations", "events", "delivery_bindings", "runs"):
         op.drop_table(table)
+    # the fences a later revision's downgrade kept (cs0002_lease_fence): no lease is left
+    op.execute("DROP TABLE IF EXISTS cadence_store_lease_fences")

@@ -21,6 +21,7 @@ from cadence_store import (
     RunRepository,
     RunStore,
     StoreUnavailableError,
+    TransactionAbortedError,
 )
 from cadence_store.direct_write import fits_direct_writes
 from cadence_store.models import operations, runs
@@ -250,14 +251,14 @@ def test_a_unit_of_work_never_commits_half_of_a_failed_journal_call(store, db, s
     before = snapshot()
     _fail_event_inserts(db, True)
     try:
-        with pytest.raises(StoreUnavailableError) as refused, store.unit_of_work() as uow:
+        with pytest.raises(TransactionAbortedError) as refused, store.unit_of_work() as uow:
             with pytest.raises(StoreUnavailableError) as failed:
                 uow.runs.bind_delivery(run.run_id, "gate-a", 1, "a" * 64, operation_id="b1")
             assert failed.value.code == "run-store-write-failed"
             # the host goes on as if the call had simply failed
     finally:
         _fail_event_inserts(db, False)
-    assert refused.value.code == "run-store-write-failed"
+    assert refused.value.code == "run-store-transaction-aborted"
     assert snapshot() == before  # no binding row, no moved head
     assert store.verify_integrity(run.run_id).sequence == 2
     # a call that fails before writing anything leaves the unit of work usable
