@@ -165,29 +165,6 @@ def translate_host_error(error: BaseException) -> CadenceStoreError:
     return translated
 
 
-class _HostErrors:
-    """The context manager of `host_errors` (see `_DatabaseErrors`)."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if error is None or isinstance(error, CadenceStoreError):
-            return
-        if isinstance(error, Exception) and is_database_error(error):
-            raise translate_host_error(error) from error
-
-
-_HOST_GUARD: Final = _HostErrors()
-
-
 def host_errors() -> AbstractContextManager[None]:
     """Raise database failures of a host's statements inside the block as coded errors
     (`translate_host_error`); the host's other exceptions pass through unchanged."""
@@ -257,13 +234,14 @@ def is_connection_lost(error: BaseException | None) -> bool:
 
 
 class _DatabaseErrors:
-    """The context manager of `database_errors` (a class: it guards every statement of
-    the hot path, where a generator-based one cost more than the check itself)."""
+    """The context manager of `database_errors` and `host_errors` (a class: it guards
+    every statement of the hot path, where a generator-based one cost more than the check
+    itself): a database failure leaves the block as `translate(error)`."""
 
-    __slots__ = ("_access",)
+    __slots__ = ("_translate",)
 
-    def __init__(self, access: Access) -> None:
-        self._access = access
+    def __init__(self, translate: Callable[[BaseException], CadenceStoreError]) -> None:
+        self._translate = translate
 
     def __enter__(self) -> None:
         return None
@@ -277,11 +255,15 @@ class _DatabaseErrors:
         if error is None or isinstance(error, CadenceStoreError):
             return
         if isinstance(error, Exception) and is_database_error(error):
-            raise translate_database_error(error, self._access) from error
+            raise self._translate(error) from error
 
 
 # stateless, so one per access serves every (nested, concurrent) use
-_GUARDS: Final = {access: _DatabaseErrors(access) for access in Access}
+_GUARDS: Final = {
+    access: _DatabaseErrors(functools.partial(translate_database_error, access=access))
+    for access in Access
+}
+_HOST_GUARD: Final = _DatabaseErrors(translate_host_error)
 
 
 def database_errors(access: Access) -> AbstractContextManager[None]:
