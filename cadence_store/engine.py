@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .call_budget import bound_attempts
-from .database_url import driver_options
+from .database_url import driver_name, driver_options
 from .database_url import parse_url as _parse_url
 from .errors import InvalidInputError
 
@@ -80,7 +80,7 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     bounded by what is left of its `failover_timeout_s` (`call_budget`).
     """
     parsed, arguments = driver_options(parse_url(url))
-    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+    if parsed.get_backend_name() == "postgresql" and driver_name(parsed) == "psycopg":
         connect_args = {"prepare_threshold": None, **arguments}
         connect_args.update(engine_options.get("connect_args") or {})
         engine_options = {**engine_options, "connect_args": connect_args}
