@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .errors import InvalidInputError
 
@@ -138,11 +138,19 @@ def _prepare_threshold(value: str) -> int | None:
     return int(value)
 
 
+def driver_name(url: URL) -> str | None:
+    """The URL's driver, None for an unknown dialect (`create_engine` then says so)."""
+    try:
+        return str(url.get_driver_name())
+    except (NoSuchModuleError, ImportError):
+        return None
+
+
 def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
     """`url` without the query parameters that are the driver's own arguments, and those
     arguments converted to their types (for `connect_args`); every other parameter checked.
     """
-    backend, driver = url.get_backend_name(), url.get_driver_name()
+    backend, driver = url.get_backend_name(), driver_name(url)
     if backend == "sqlite":
         _check_sqlite_query(url)
         return url, {}

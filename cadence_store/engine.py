@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .call_budget import bound_attempts
-from .database_url import driver_options
+from .database_url import driver_name, driver_options
 from .database_url import parse_url as _parse_url
 from .errors import InvalidInputError
 
@@ -109,7 +109,7 @@ def store_engine_arguments(
     URL's query parameters checked and typed (`database_url.driver_options`), and on
     psycopg no statement prepared on the server unless the caller says otherwise."""
     parsed, arguments = driver_options(parsed)
-    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+    if parsed.get_backend_name() == "postgresql" and driver_name(parsed) == "psycopg":
         connect_args = {"prepare_threshold": None, **arguments}
         connect_args.update(engine_options.get("connect_args") or {})
         engine_options = {**engine_options, "connect_args": connect_args}
