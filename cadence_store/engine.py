@@ -255,7 +255,8 @@ def url_without_secrets(url: str | URL) -> str:
     libpq then takes the password from $PGPASSWORD or ~/.pgpass."""
     try:
         parsed = parse_url(url)
-        parsed = parsed.set(password=None).difference_update_query(_secret_keys(parsed))
+        # namedtuple._replace: URL.set() ignores a None value
+        parsed = parsed._replace(password=None).difference_update_query(_secret_keys(parsed))
         return parsed.render_as_string(hide_password=False)
     except (InvalidInputError, ArgumentError, ValueError, TypeError):
         return "<invalid database url>"

@@ -153,6 +153,8 @@ def _engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
     """`bind` as an engine whose connections find the cadence tables in `schema` (on
     PostgreSQL `public` when none is given: never the connection's search_path)."""
     engine = bind if isinstance(bind, Engine) else create_store_engine(bind)
+    if schema is None:
+        schema = store_schema(engine)  # an engine that names its schema already keeps it
     named = DEFAULT_PG_SCHEMA if schema is None and is_postgresql(engine) else schema
     options = schema_options(named)
     try:
