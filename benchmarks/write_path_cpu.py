@@ -25,6 +25,7 @@ from typing import Any
 import cadence_store.engine as store_engine
 from cadence_store.repository import RunRepository
 from cadence_store.sql import Statements
+from cadence_store.transaction import JournalTransaction
 
 from .common import open_store, paused_run
 from .floor import SqliteFloor
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(f"sqlite:///{path}")
     floor = SqliteFloor(str(path))
     floor.db.execute("PRAGMA synchronous = OFF")
-    names = ["RunStore.transition", "direct path", "repository", "floor"]
+    names = ["RunStore.transition", "runner", "repository", "floor"]
     runs = {name: paused_run(store, f"layer-{index}") for index, name in enumerate(names)}
     held = store.engine.raw_connection()
     raw = held.dbapi_connection
@@ -57,18 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     def repository(run_id: str, operation_id: str) -> None:
         statements = Statements.on_dbapi(store.engine.dialect, raw)
         statements.begin_immediate()
-        RunRepository.on_statements(statements, root_hash=store.root_hash).transition(
+        transaction = JournalTransaction.on_pooled(store.engine.dialect, raw, statements, None)
+        RunRepository(transaction, root_hash=store.root_hash).transition(
             run_id, "paused", operation_id=operation_id, code="x"
         )
         raw.commit()  # type: ignore[union-attr]
 
-    direct = store._direct
-    assert direct is not None
+    runner = store.runner
     variants = {
         "RunStore.transition": lambda r, op: store.transition(
             r, "paused", operation_id=op, code="x"
         ),
-        "direct path": lambda r, op: direct.run(
+        "runner": lambda r, op: runner.write(
             lambda repo: repo.transition(r, "paused", operation_id=op, code="x")
         ),
         "repository": repository,
