@@ -77,6 +77,7 @@ class JournalTransaction:
         "_heads",
         "_host_session",
         "_owned",
+        "_watching",
         "_raw",
         "_ready",
         "_session",
@@ -113,6 +114,7 @@ class JournalTransaction:
         # session outlives its transactions.
         self._heads: dict[str, _KeptHead] | None = {} if owned else None
         self._broken: str | None = None
+        self._watching = False  # a listener on the connection (`on_connection`)
 
     # -- the three ways in -----------------------------------------------------------------
 
@@ -150,6 +152,7 @@ class JournalTransaction:
         )
         if host_statements and transaction.profile.rolls_back_by_itself:
             event.listen(connection, "before_cursor_execute", transaction._before_host_statement)
+            transaction._watching = True
         return transaction
 
     @classmethod
@@ -311,9 +314,9 @@ class JournalTransaction:
     def close(self) -> None:
         """Detach from the connection (the owner closes it)."""
         connection = self._connection
-        listener = self._before_host_statement
-        if connection is not None and event.contains(connection, "before_cursor_execute", listener):
-            event.remove(connection, "before_cursor_execute", listener)
+        if connection is not None and self._watching:
+            self._watching = False
+            event.remove(connection, "before_cursor_execute", self._before_host_statement)
 
 
 def _savepoint_at_once(session: Session, transaction: SessionTransaction) -> None:

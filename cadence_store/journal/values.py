@@ -92,16 +92,18 @@ class _Value(BaseModel):
     def model_dump_json(
         self, *, indent: int | None = None, ensure_ascii: bool = False, **options: Any
     ) -> str:
-        try:
-            return super().model_dump_json(indent=indent, ensure_ascii=ensure_ascii, **options)
-        except PydanticSerializationError:
-            # a lone surrogate, which UTF-8 cannot carry: written as JSON.stringify does
-            # (a \udxxx escape), every other non-ASCII character escaped too
-            return json.dumps(
-                self.model_dump(mode="json", **options),
-                indent=indent,
-                separators=(",", ":") if indent is None else None,
-            )
+        if not ensure_ascii:  # pydantic's own (its older releases take no ensure_ascii)
+            try:
+                return super().model_dump_json(indent=indent, **options)
+            except PydanticSerializationError:
+                pass  # a lone surrogate, which UTF-8 cannot carry
+        # written as JSON.stringify writes a lone surrogate (a \udxxx escape), every
+        # other non-ASCII character escaped too
+        return json.dumps(
+            self.model_dump(mode="json", **options),
+            indent=indent,
+            separators=(",", ":") if indent is None else None,
+        )
 
 
 class ApprovalProof(_Value):
