@@ -19,22 +19,19 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
     bindparam,
-    cast,
-    extract,
     func,
     literal,
     select,
     update,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement, ColumnElement, Select
+from sqlalchemy.sql import ClauseElement, Select
 
 from .journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
 from .models import delivery_bindings, events, operations, runs
-from .sql_append import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH
+from .sql_append import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH, server_time_ms
 from .sql_reads import READ_STATEMENTS, listing_of
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
@@ -61,14 +58,6 @@ _OPERATION_COLUMNS = (
     operations.c.lease_expires_at,
     operations.c.lease_fence,
 )
-
-
-def server_time_ms() -> ColumnElement[int]:
-    """The PostgreSQL server's clock in integer milliseconds (floored, as `system_clock`).
-
-    `clock_timestamp()`, not `now()`: the time when the row is produced, not when the
-    transaction began."""
-    return cast(func.floor(extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
 
 
 def _timed(locked: ClauseElement) -> ClauseElement:

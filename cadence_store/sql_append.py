@@ -19,7 +19,9 @@ from sqlalchemy import (
     Insert,
     Update,
     bindparam,
+    cast,
     exists,
+    extract,
     func,
     insert,
     literal,
@@ -58,6 +60,14 @@ def upsert_receipt(dialect_name: str) -> ClauseElement:
     )
 
 
+def server_time_ms() -> ColumnElement[int]:
+    """The PostgreSQL server's clock in integer milliseconds (floored, as `system_clock`).
+
+    `clock_timestamp()`, not `now()`: the time when the row is produced, not when the
+    transaction began."""
+    return cast(func.floor(extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
+
+
 def append_time(dialect_name: str) -> ColumnElement[int]:
     """The time an append records: the bound `now` (the store's clock, milliseconds), or,
     on PostgreSQL when `now` is NULL, the server's clock read by the statement itself
@@ -65,8 +75,6 @@ def append_time(dialect_name: str) -> ColumnElement[int]:
     now = bindparam("now", type_=BigInteger)
     if dialect_name != "postgresql":
         return now
-    from .sql import server_time_ms  # sql.py imports this module
-
     return func.coalesce(now, server_time_ms())
 
 

@@ -319,8 +319,17 @@ def _traced(
 
 def instrument(cls: C) -> C:
     """Give `cls`'s public methods their spans (a class decorator; nothing without the
-    API). A method that forwards `*args` (the async classes') is read with the parameters
-    of `RunRepository`'s method of the same name."""
+    API)."""
+    return _instrument(cls, None)
+
+
+def instrument_forwarding(model: type) -> Callable[[C], C]:
+    """`instrument` for a class whose methods forward `*args` (the async classes): each
+    is read with the parameters of `model`'s method of the same name."""
+    return lambda cls: _instrument(cls, model)
+
+
+def _instrument(cls: C, model: type | None) -> C:
     if not OTEL_AVAILABLE:
         return cls
     for name in dir(cls):
@@ -333,11 +342,8 @@ def instrument(cls: C) -> C:
             continue  # a stream: its span would end before it is read
         signature = inspect.signature(raw)
         forwarded = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
-        if forwarded:
-            from .repository import RunRepository  # loaded before any class forwards to it
-
-            if hasattr(RunRepository, name):
-                signature = inspect.signature(getattr(RunRepository, name))
+        if forwarded and model is not None and hasattr(model, name):
+            signature = inspect.signature(getattr(model, name))
         traced = _traced(name, raw, signature)
         traced.__cadence_traced__ = True  # type: ignore[attr-defined]
         setattr(cls, name, traced)

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from ..failures import WRITE, database_errors
 from ..journal.values import BindDelivery
 from ..repository import Clock, RunRepository
-from ..telemetry import instrument
+from ..telemetry import instrument_forwarding
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,7 +32,7 @@ def _awaitable(
     return call
 
 
-@instrument
+@instrument_forwarding(RunRepository)
 class AsyncRunRepository:
     """The journal's rules inside a caller's `AsyncSession` transaction; it never commits.
 

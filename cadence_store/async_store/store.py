@@ -42,7 +42,7 @@ from ..schema import require_schema_name, schema_options, upgrade_command
 from ..shape import assert_store_ready
 from ..state_root import StateRoot
 from ..store import RunStore
-from ..telemetry import instrument
+from ..telemetry import instrument_forwarding
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork
 
@@ -74,7 +74,7 @@ def _proxy(
     return call
 
 
-@instrument
+@instrument_forwarding(RunStore)
 class AsyncRunStore:
     """`RunStore` for asyncio applications: every method a coroutine with the same name,
     arguments, results and error codes.
