@@ -28,20 +28,20 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.util import greenlet_spawn
 
-from .. import calls
-from ..engine import is_sqlite, missing_sqlite_file
 from ..errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
-from ..failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from ..failures import READ, database_errors
 from ..journal import OperationLease, RunEvent, RunProjection
 from ..journal.validation import require_clock, require_root_hash
 from ..journal.values import ApprovalProof, BindDelivery
-from ..repository import EVENT_BATCH, Clock
-from ..runner import busy_retry_delay
-from ..schema import require_schema_name, schema_options, upgrade_command
-from ..shape import assert_store_ready
-from ..state_root import StateRoot
-from ..store import RunStore
+from ..repository.run_repository import EVENT_BATCH, Clock
+from ..storage.engine import is_sqlite, missing_sqlite_file
+from ..storage.failures import READ, database_errors
+from ..storage.schema import require_schema_name, schema_options, upgrade_command
+from ..storage.shape import assert_store_ready
+from ..store import calls
+from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from ..store.run_store import RunStore
+from ..store.runner import busy_retry_delay
+from ..store.state_root import StateRoot
 from ..telemetry import instrument_forwarding
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork

@@ -30,19 +30,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from ..engine import (
+from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
+from ..journal import js_stringify
+from ..storage.engine import (
     create_store_engine,
     masked_url,
     missing_sqlite_file,
     parse_url,
     sqlite_path_has_nul,
 )
-from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
-from ..failures import translate_database_error
-from ..journal import js_stringify
-from ..schema import upgrade_command
-from ..state_root import StateRoot, consumer_root_hash, resolve_state_root
-from ..store import RunStore
+from ..storage.failures import translate_database_error
+from ..storage.schema import upgrade_command
+from ..store.run_store import RunStore
+from ..store.state_root import StateRoot, consumer_root_hash, resolve_state_root
 from . import render
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import click
 
-from ..engine import url_argument
 from ..errors import LeaseFencedError
 from ..journal import ApprovalProof
-from ..store import RunStore
+from ..storage.engine import url_argument
+from ..store.run_store import RunStore
 from . import default_root_hash, describe, main, opened, url_option
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..errors import LeaseFencedError
-from ..store import RunStore
+from ..store.run_store import RunStore
 from . import (
     CONTEXT_SETTINGS,
     lease_argument,

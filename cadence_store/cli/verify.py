@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..parallel_verify import verify_runs
+from ..store.parallel_verify import verify_runs
 from ..transfer import RunCheck, iter_verify_export
 from . import describe, json_option, main, open_input, opened, progress_bar, render, url_option
 

@@ -334,7 +334,7 @@ def test_env_leaves_the_hosts_logging_alone(
     assert _logging_state() == before
 
     # The embedded state-root store too.
-    from cadence_store.state_root import resolve_state_root
+    from cadence_store.store.state_root import resolve_state_root
 
     consumer = tmp_path / "consumer"
     consumer.mkdir()

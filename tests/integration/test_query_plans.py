@@ -14,8 +14,8 @@ from sqlalchemy import create_engine
 import cadence_store
 from cadence_store import RunStore
 from cadence_store.journal.views import RunListing
-from cadence_store.queries import listing_statement
-from cadence_store.sql import _compile
+from cadence_store.repository.queries import listing_statement
+from cadence_store.storage.statements import _compile
 
 ROOT = "ab" * 32
 PARAMS = {

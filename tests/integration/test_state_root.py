@@ -25,8 +25,8 @@ from integration.conftest_migrations import (
 
 from cadence_store import RunStore, StateRootError
 from cadence_store.cli import main
-from cadence_store.schema import head_revision
-from cadence_store.state_root import StateRoot, prepare_state_root, resolve_state_root
+from cadence_store.storage.schema import head_revision
+from cadence_store.store.state_root import StateRoot, prepare_state_root, resolve_state_root
 
 
 def _hash(path: Path | str) -> str:

@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore, StateRootError
 from cadence_store.cli import main
-from cadence_store.state_root import resolve_state_root
+from cadence_store.store.state_root import resolve_state_root
 
 ROOT_HASH = "ab" * 32
 A, B, C = "a" * 64, "b" * 64, "c" * 64

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cadence_store.sql import STATEMENTS
-from cadence_store.sql_rows import ROW_TYPES
+from cadence_store.storage.rows import ROW_TYPES
+from cadence_store.storage.statements import STATEMENTS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
 MAX_LINES = 500

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import (
+from ..errors import (
     CadenceStoreError,
     InvalidInputError,
     InvalidTransitionError,
@@ -39,7 +39,7 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from .journal import (
+from ..journal import (
     RUN_STATES,
     TERMINAL_STATES,
     ZERO_EVENT_HASH,
@@ -49,15 +49,15 @@ from .journal import (
     hash_event,
     js_stringify,
 )
-from .journal.documents import (
+from ..journal.documents import (
     Document,
     built_projection,
     parse_document,
     projection_of,
     stored_projection,
 )
-from .journal.run_ids import new_run_id
-from .journal.validation import (
+from ..journal.run_ids import new_run_id
+from ..journal.validation import (
     check_deliveries,
     check_delivery,
     coerce_optional_lease,
@@ -70,16 +70,19 @@ from .journal.validation import (
     require_stage,
     require_transition_code,
 )
-from .journal.values import ApprovalProof, BindDelivery
-from .journal.vocabulary import (
+from ..journal.values import ApprovalProof, BindDelivery
+from ..journal.vocabulary import (
     CHANGE_BOUND,
     COMMITTED,
     DELIVERY_BOUND,
     INTERRUPTED,
     RUN_CREATED,
 )
-from .journal.vocabulary import DESIGN_STAGE as DESIGN
-from .repository_core import (
+from ..journal.vocabulary import DESIGN_STAGE as DESIGN
+from ..storage.rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
+from ..storage.statements import Statements
+from ..telemetry import instrument, note_appended
+from .core import (
     EVENT_BATCH,
     LEASE,
     START,
@@ -90,11 +93,8 @@ from .repository_core import (
     journal_write,
     system_clock,
 )
-from .repository_leases import LeaseRules, fenced
-from .repository_reading import RunReading
-from .sql import Statements
-from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
-from .telemetry import instrument, note_appended
+from .leases import LeaseRules, fenced
+from .reading import RunReading
 from .transaction import RunHead
 
 

@@ -9,35 +9,35 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import (
+from ..errors import (
     InvalidInputError,
     JournalIntegrityError,
     LeaseFencedError,
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import READ, database_errors
-from .journal import OperationLease, OperationStatus, js_stringify
-from .journal.canonical import JsonValueError, has_lossy_number
-from .journal.documents import stored_outcome
-from .journal.validation import (
+from ..journal import OperationLease, OperationStatus, js_stringify
+from ..journal.canonical import JsonValueError, has_lossy_number
+from ..journal.documents import stored_outcome
+from ..journal.validation import (
     coerce_lease,
     require_bool,
     require_operation_id,
     require_run_id,
     require_ttl,
 )
-from .journal.views import lease_standing
-from .journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING, LeaseStanding
-from .repository_core import (
+from ..journal.views import lease_standing
+from ..journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING, LeaseStanding
+from ..storage.failures import READ, database_errors
+from ..storage.rows import OperationRow, TimedHeadRow, TimedOperationRow
+from ..storage.statements import Statements
+from .core import (
     LEASE,
     ExpiryNeeded,
     RepositoryCore,
     expiry,
     journal_write,
 )
-from .sql import Statements
-from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
 
 logger = logging.getLogger(__name__)
 

@@ -22,43 +22,43 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
-from . import calls
-from .direct_write import lends_freely
-from .engine import (
+from ..errors import (
+    InvalidInputError,
+    SchemaOutOfDateError,
+    StoreFormatError,
+)
+from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from ..journal.validation import require_clock, require_root_hash
+from ..journal.values import ApprovalProof, BindDelivery
+from ..journal.views import RunDetail, StoreCounts
+from ..repository.run_repository import Clock, ExpiryNeeded, RunRepository
+from ..storage.engine import (
     create_store_engine,
     enable_wal,
     is_sqlite,
     missing_sqlite_file,
 )
-from .errors import (
-    InvalidInputError,
-    SchemaOutOfDateError,
-    StoreFormatError,
-)
-from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from .failures import READ, database_errors
-from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
-from .journal.validation import require_clock, require_root_hash
-from .journal.values import ApprovalProof, BindDelivery
-from .journal.views import RunDetail, StoreCounts
-from .legacy import CADENCE_TABLE_NAMES
-from .repository import Clock, ExpiryNeeded, RunRepository
-from .runner import Runner
-from .schema import (
+from ..storage.failures import READ, database_errors
+from ..storage.legacy import CADENCE_TABLE_NAMES
+from ..storage.schema import (
     VERSION_TABLE,
     require_schema_name,
     schema_options,
     upgrade,
     upgrade_command,
 )
-from .shape import assert_store_ready
+from ..storage.shape import assert_store_ready
+from ..telemetry import instrument
+from . import calls
+from .direct_write import lends_freely
+from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from .runner import Runner
 from .state_root import (
     StateRoot,
     create_database_file,
     prepare_state_root,
     secure_database_files,
 )
-from .telemetry import instrument
 from .unit_of_work import UnitOfWork
 
 Write = Callable[[Session], object]

@@ -13,27 +13,27 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
 
-from .errors import (
+from ..errors import (
     CadenceStoreError,
     InvalidInputError,
     JournalIntegrityError,
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import WRITE, coded
-from .journal import RunProjection, apply_event, hash_event, js_stringify
-from .journal.documents import Document, stored_projection
-from .journal.validation import is_safe_integer, require_clock, require_root_hash
-from .journal.vocabulary import (
+from ..journal import RunProjection, apply_event, hash_event, js_stringify
+from ..journal.documents import Document, stored_projection
+from ..journal.validation import is_safe_integer, require_clock, require_root_hash
+from ..journal.vocabulary import (
     COMMITTED,
     KIND_LEASE,
     KIND_START,
     STATE_TRANSITIONED,
 )
-from .schema import require_schema_name
-from .sql import Statements
-from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
-from .telemetry import note_appended
+from ..storage.failures import WRITE, coded
+from ..storage.rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
+from ..storage.schema import require_schema_name
+from ..storage.statements import Statements
+from ..telemetry import note_appended
 from .transaction import JournalTransaction, RunHead
 
 Clock = Callable[[], int]

@@ -19,10 +19,10 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from .errors import JournalIntegrityError
-from .journal import RunEvent, RunProjection
-from .journal.values import ApprovalProof
-from .journal.views import (
+from ..errors import JournalIntegrityError
+from ..journal import RunEvent, RunProjection
+from ..journal.values import ApprovalProof
+from ..journal.views import (
     BindingRecord,
     OperationRecord,
     RunDetail,
@@ -33,9 +33,9 @@ from .journal.views import (
     stored_outcome,
     stored_projection,
 )
-from .journal.vocabulary import OPERATION_STATE_NAMES, OperationKind, OperationState
-from .sql import Statements
-from .sql_reads import listing_statement
+from ..journal.vocabulary import OPERATION_STATE_NAMES, OperationKind, OperationState
+from ..storage.read_statements import listing_statement
+from ..storage.statements import Statements
 
 
 class _CountsRow(NamedTuple):

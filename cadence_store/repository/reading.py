@@ -1,5 +1,5 @@
 """Reading and verifying runs: status, events, replay, integrity, and the read side
-(`cadence_store.queries`) for host sessions."""
+(`cadence_store.repository.queries`) for host sessions."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
+from ..journal import ChainVerifier, RunEvent, RunProjection
+from ..journal.documents import Document, event_payload, projection_of, stored_projection
+from ..journal.receipts import ReceiptVerifier, receipt_error
+from ..journal.validation import require_operation_id, require_run_id
+from ..journal.verification import MIRRORED_COLUMNS, stored_difference
+from ..journal.views import RunDetail, StoreCounts, check_run_listing
+from ..storage.failures import READ, coded
+from ..storage.rows import BindingOfRunRow, EventRow, RunIdRow, VerifyColumnsRow
 from . import queries
-from .errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
-from .failures import READ, coded
-from .journal import ChainVerifier, RunEvent, RunProjection
-from .journal.documents import Document, event_payload, projection_of, stored_projection
-from .journal.receipts import ReceiptVerifier, receipt_error
-from .journal.validation import require_operation_id, require_run_id
-from .journal.verification import MIRRORED_COLUMNS, stored_difference
-from .journal.views import RunDetail, StoreCounts, check_run_listing
-from .repository_core import EVENT_BATCH, RepositoryCore
-from .sql_rows import BindingOfRunRow, EventRow, RunIdRow, VerifyColumnsRow
+from .core import EVENT_BATCH, RepositoryCore
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class RunReading(RepositoryCore):
         """Every run id in the store, sorted."""
         return [str(row.run_id) for row in self._read_statements().rows("run_ids", RunIdRow)]
 
-    # -- the read side (cadence_store.queries) ------------------------------------------
+    # -- the read side (cadence_store.repository.queries) ------------------------------------------
 
     @coded(READ)
     def list_runs(

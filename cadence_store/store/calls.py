@@ -14,10 +14,11 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
-from .journal import OperationLease, RunProjection, js_stringify
-from .journal.validation import require_callable, require_operation_id
-from .journal.values import ApprovalProof, BindDelivery
-from .repository import (
+from ..journal import OperationLease, RunProjection, js_stringify
+from ..journal.validation import require_callable, require_operation_id
+from ..journal.values import ApprovalProof, BindDelivery
+from ..repository.leases import new_lease_token
+from ..repository.run_repository import (
     COMMITTED,
     DELIVERY_BOUND,
     INTERRUPTED,
@@ -25,7 +26,6 @@ from .repository import (
     RunRepository,
     check_delivery,
 )
-from .repository_leases import new_lease_token
 
 T = TypeVar("T")
 Work = Callable[[RunRepository], T]

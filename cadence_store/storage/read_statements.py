@@ -9,7 +9,7 @@ from typing import Any, Final
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
-from .journal.views import RunListing
+from ..journal.views import RunListing
 from .models import delivery_bindings, events, operations, runs
 
 

@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
-from .journal.vocabulary import COMMITTED
+from ..journal.vocabulary import COMMITTED
 from .models import events, operations, runs
 
 RUN_MATCH: Final = runs.c.run_id == bindparam("run_id")

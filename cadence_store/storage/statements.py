@@ -29,10 +29,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, Select
 
-from .journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
+from ..journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
+from .append_statements import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH, server_time_ms
 from .models import delivery_bindings, events, operations, runs
-from .sql_append import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH, server_time_ms
-from .sql_reads import READ_STATEMENTS, listing_of
+from .read_statements import READ_STATEMENTS, listing_of
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
