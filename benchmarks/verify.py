@@ -41,7 +41,7 @@ TARGET_EVENTS_PER_S = 255_000  # issue 16: 1.5x cadence 1.x's 170k events/s
 CADENCE_1X = {"events_per_s": 170_000, "peak_mb": "280-350 (RSS)"}
 
 try:
-    from cadence_store.store.parallel_verify import verify_runs
+    from cadence_store.parallel_verify import verify_runs
 
     JOBS = [1, 2]
 except ImportError:  # a version before `--jobs` (to measure the "before" numbers): 1 job

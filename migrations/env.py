@@ -20,7 +20,7 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from cadence_store import models
+from cadence_store.storage import models
 from cadence_store.storage.engine import create_store_engine
 from cadence_store.storage.schema import (
     VERSION_TABLE,

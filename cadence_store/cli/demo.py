@@ -12,7 +12,7 @@ from ..errors import LeaseFencedError
 from ..journal import ApprovalProof
 from ..storage.engine import url_argument
 from ..store.run_store import RunStore
-from . import default_root_hash, describe, main, opened, url_option
+from .group import default_root_hash, describe, main, opened, url_option
 
 
 def _sha(text: str) -> str:

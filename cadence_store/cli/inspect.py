@@ -20,14 +20,14 @@ from ..store.state_root import StateRoot
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-from . import (
+from . import render
+from .group import (
     describe,
     json_option,
     main,
     opened,
     print_json,
     remember,
-    render,
     require_store_file,
     schema_for,
     url_option,

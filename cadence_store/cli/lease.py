@@ -8,7 +8,7 @@ import click
 
 from ..errors import LeaseFencedError
 from ..store.run_store import RunStore
-from . import (
+from .group import (
     CONTEXT_SETTINGS,
     lease_argument,
     main,

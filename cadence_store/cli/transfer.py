@@ -12,7 +12,7 @@ from ..errors import InvalidInputError
 from ..storage.engine import masked_url
 from ..transfer import Progress as TransferProgress
 from ..transfer import copy_store, export_store, import_store
-from . import (
+from .group import (
     checked_url,
     describe,
     main,

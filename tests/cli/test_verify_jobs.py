@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from cadence_store import InvalidInputError, RunNotFoundError, RunStore, upgrade
-from cadence_store.store.parallel_verify import verify_runs
+from cadence_store.parallel_verify import verify_runs
 
 ROOT_HASH = "ab" * 32
 RUNS = 9

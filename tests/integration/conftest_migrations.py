@@ -158,7 +158,7 @@ def drift(connection: Connection) -> list[Any]:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from cadence_store import models
+    from cadence_store.storage import models
     from cadence_store.storage.schema import comparison_filter
 
     # the filter env.py uses (so `alembic check` agrees): owned tables only, and on SQLite

@@ -243,7 +243,7 @@ def test_open_creates_a_private_store(consumer: Path, tmp_path: Path) -> None:
 
 
 def test_open_upgrades_its_own_file_from_an_older_revision(consumer: Path, tmp_path: Path) -> None:
-    from cadence_store import schema
+    from cadence_store.storage import schema
 
     root = prepare_state_root(_root(consumer, tmp_path))
     schema.upgrade(root.database_url, "cadence1x_v4")

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from cadence_store import CadenceStoreError, RunStore
-from cadence_store.store.parallel_verify import verify_runs
+from cadence_store.parallel_verify import verify_runs
 
 ROOT_HASH = "ab" * 32
 WRITERS = 6  # each call on a new connection: connects often, as the deadlock needs

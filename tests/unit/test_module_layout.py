@@ -12,12 +12,12 @@ from cadence_store.storage.statements import STATEMENTS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
 MAX_LINES = 500
-REPOSITORY_MODULES = sorted(PACKAGE.glob("repository*.py"))
+REPOSITORY_MODULES = sorted((PACKAGE / "repository").glob("*.py"))
 # Subscripts by position of something that is not a statement's row: a page of rows, the
 # bytes of a digest.
 NOT_ROWS = {
-    ("repository_reading.py", "page[-1]"),
-    ("repository_core.py", 'hashlib.sha256(text.encode("utf-8")).digest()[:8]'),
+    ("reading.py", "page[-1]"),
+    ("core.py", 'hashlib.sha256(text.encode("utf-8")).digest()[:8]'),
 }
 
 
@@ -75,7 +75,8 @@ def test_each_row_type_has_its_statements_columns(name: str) -> None:
 def test_every_select_statement_of_sql_py_has_a_row_type() -> None:
     # the read side (queries.py) adds, and types, statements of its own
     sql_source = "".join(
-        (PACKAGE / name).read_text(encoding="utf-8") for name in ("sql.py", "sql_append.py")
+        (PACKAGE / name).read_text(encoding="utf-8")
+        for name in ("storage/statements.py", "storage/append_statements.py")
     )
     untyped = [
         name
