@@ -12,7 +12,7 @@ call (the same runner, retries, failover re-runs, `read_bind` and `schema=`), ru
 
 Calls with host code (`unit_of_work()`, the `*_atomically` methods, whose `write` may be
 a coroutine function) run in an `AsyncUnitOfWork` on the async engine, from the call
-descriptions `RunStore` uses (`calls.py`), with the same retries and failover re-runs.
+descriptions `RunStore` uses (`store/calls.py`), with the same retries and failover re-runs.
 """
 
 from __future__ import annotations

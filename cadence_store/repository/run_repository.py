@@ -15,7 +15,7 @@ can deadlock:
 On SQLite the transaction itself is the lock (BEGIN IMMEDIATE), and `FOR UPDATE` renders
 as nothing.
 
-The hot path runs Core statements, compiled once (`sql.py`), on the DB-API cursor of the
+The hot path runs Core statements, compiled once (`storage/statements.py`), on the DB-API cursor of the
 session's connection: the ORM's and SQLAlchemy's per-call work was the largest cost of an
 append (NOTES-engines), and an append only needs the locked run row, one INSERT and one
 UPDATE — O(1) in the chain's length.
@@ -79,7 +79,17 @@ from ..journal.vocabulary import (
     RUN_CREATED,
 )
 from ..journal.vocabulary import DESIGN_STAGE as DESIGN
-from ..storage.rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
+from ..storage.append_statements import INSERT_EVENT, INSERT_RUN
+from ..storage.rows import BindingReceiptRow, RunProjectionRow
+from ..storage.run_statements import (
+    BIND_CHANGE,
+    BINDING,
+    INSERT_BINDING,
+    OWNER_OF_KEY,
+    REKEY_RUN,
+    RUN_BY_KEY,
+    START_RECEIPTS,
+)
 from ..storage.statements import Statements
 from ..telemetry import instrument, note_appended
 from .core import (
@@ -132,9 +142,8 @@ class RunRepository(LeaseRules, RunReading):
 
         receipts = [
             receipt
-            for receipt in sql.rows(
-                "start_receipts",
-                StartReceiptRow,
+            for receipt in sql.all(
+                START_RECEIPTS,
                 root_hash=root_hash,
                 stage=stage,
                 operation_id=operation_id,
@@ -160,11 +169,9 @@ class RunRepository(LeaseRules, RunReading):
                 raise JournalIntegrityError("operation-outcome-invalid")
             return projection_of(document)
 
-        existing: RunByKeyRow | None = None
+        existing: RunProjectionRow | None = None
         for key in keys:
-            candidate = sql.row(
-                "run_by_key", RunByKeyRow, root_hash=root_hash, stage=stage, lookup_key=key
-            )
+            candidate = sql.one(RUN_BY_KEY, root_hash=root_hash, stage=stage, lookup_key=key)
             if (
                 candidate is not None
                 and existing is not None
@@ -177,7 +184,7 @@ class RunRepository(LeaseRules, RunReading):
             document = parse_document(existing_json)
             if stage == DESIGN and document.get("state") in TERMINAL_STATES:
                 # a finished design run gives its key up to a new run
-                sql.write("rekey_run", run_id=existing_id, lookup_key=f"terminal:{existing_id}")
+                sql.write(REKEY_RUN, run_id=existing_id, lookup_key=f"terminal:{existing_id}")
             else:
                 self._record(sql, existing_id, operation_id, START, existing_json)
                 return projection_of(document)
@@ -193,7 +200,7 @@ class RunRepository(LeaseRules, RunReading):
         assert created is not None
         projection_json = js_stringify(created)
         sql.write(
-            "insert_run",
+            INSERT_RUN,
             run_id=run_id,
             root_hash=root_hash,
             stage=stage,
@@ -207,7 +214,7 @@ class RunRepository(LeaseRules, RunReading):
             now=self._append_now(),
         )
         sql.write(
-            "insert_event",
+            INSERT_EVENT,
             run_id=run_id,
             sequence=1,
             type=RUN_CREATED,
@@ -239,16 +246,15 @@ class RunRepository(LeaseRules, RunReading):
         current = head.document()
         if current.get("stage") != DESIGN or not current.get("provisionalKey"):
             raise InvalidTransitionError("change-binding-not-allowed")
-        owner = sql.row(
-            "owner_of_key",
-            KeyOwnerRow,
+        owner = sql.one(
+            OWNER_OF_KEY,
             root_hash=head.root_hash,
             stage=head.stage,
             lookup_key=f"change:{change}",
         )
         if owner is not None and owner.run_id != run_id:
             raise OperationConflictError("change-run-already-exists")
-        sql.write("bind_change", run_id=run_id, lookup_key=f"change:{change}", change_name=change)
+        sql.write(BIND_CHANGE, run_id=run_id, lookup_key=f"change:{change}", change_name=change)
         document, projection_json = self._append(sql, head, CHANGE_BOUND, {"change": change})
         self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json)
         return built_projection(document)
@@ -268,9 +274,8 @@ class RunRepository(LeaseRules, RunReading):
         if replay is not None:
             return replay, False
         proof = request.approval_proof
-        existing = sql.row(
-            "binding",
-            BindingReceiptRow,
+        existing = sql.one(
+            BINDING,
             run_id=request.run_id,
             gate=request.gate,
             revision=request.revision,
@@ -291,7 +296,7 @@ class RunRepository(LeaseRules, RunReading):
             )
             return stored_projection(head.projection_json), False
         sql.write(
-            "insert_binding",
+            INSERT_BINDING,
             run_id=request.run_id,
             gate=request.gate,
             revision=request.revision,

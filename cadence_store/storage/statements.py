@@ -1,11 +1,15 @@
-"""The repository's statements: Core, compiled once per dialect, run on the DB-API cursor.
+"""Typed statements, compiled once per dialect, run on the DB-API cursor.
 
-Every statement is written as SQLAlchemy Core against the models' tables (so it follows
-the schema and never formats caller data into SQL: values are bound parameters). Each is
-compiled once per (dialect, schema map) and then executed on the raw DB-API cursor of the
-session's connection, inside the session's transaction. That skips SQLAlchemy's
-per-execution work (cache-key generation, result processing), which was most of an
-append's cost; the statements themselves are unchanged.
+A statement is a module-level object: a `Query` (a select, with the type of its rows) or
+a `Write` (an insert, update or upsert, answering a row count). Each is written as
+SQLAlchemy Core against the models' tables (so it follows the schema and never formats
+caller data into SQL: values are bound parameters), compiled once per (dialect, schema
+map), and then executed on the raw DB-API cursor of the transaction's connection. That
+skips SQLAlchemy's per-execution work (cache-key generation, result processing), which
+was most of an append's cost; the statements themselves are unchanged.
+
+The statements live beside the tables they touch: `run_statements` (heads, operations,
+leases, bindings, verification), `append_statements`, `read_statements`.
 """
 
 from __future__ import annotations
@@ -15,255 +19,37 @@ import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
-from sqlalchemy import (
-    Connection,
-    bindparam,
-    func,
-    literal,
-    select,
-    update,
-)
+from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement, Select
-
-from ..journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
-from .append_statements import APPEND_STATEMENTS, OPERATION_MATCH, RUN_MATCH, server_time_ms
-from .models import delivery_bindings, events, operations, runs
-from .read_statements import READ_STATEMENTS, listing_of
+from sqlalchemy.sql import ClauseElement
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
 
-
 # where cadence-store's tables are on PostgreSQL when no schema is named
 DEFAULT_PG_SCHEMA: Final = "public"
-_RUN = RUN_MATCH
-_OPERATION = OPERATION_MATCH
-_HEAD_COLUMNS = (
-    runs.c.run_id,
-    runs.c.root_hash,
-    runs.c.stage,
-    runs.c.projection_json,
-    runs.c.sequence,
-    runs.c.event_hash,
-)
-_OPERATION_COLUMNS = (
-    operations.c.kind,
-    operations.c.state,
-    operations.c.outcome_json,
-    operations.c.lease_token,
-    operations.c.lease_expires_at,
-    operations.c.lease_fence,
-)
 
 
-def _timed(locked: ClauseElement) -> ClauseElement:
-    """`locked`'s columns plus the server time, read after the row lock is granted.
+@dataclass(frozen=True, eq=False, slots=True)
+class Query(Generic[Row]):
+    """A select and the type of its rows (a NamedTuple of `rows`, its columns by name)."""
 
-    In a plain `SELECT ..., clock_timestamp() ... FOR UPDATE` PostgreSQL computes the
-    select list below the lock, before waiting for it (measured: a second stale after a
-    one-second wait); selected from a FOR UPDATE subquery, it is computed afterwards."""
-    assert isinstance(locked, Select)
-    inner = locked.subquery()
-    return select(*inner.c, server_time_ms())
+    name: str  # for messages and tests
+    build: Callable[[str], ClauseElement]  # dialect name -> Core statement
+    row: Callable[..., Row]
 
 
-# A run's events in order (streamed in batches, see `Statements.stream`).
-def _events_of_run() -> Select[Any]:
-    return (
-        select(
-            events.c.sequence,
-            events.c.type,
-            events.c.payload_json,
-            events.c.prior_hash,
-            events.c.event_hash,
-            events.c.recorded_at,
-        )
-        .where(events.c.run_id == bindparam("run_id"))
-        .order_by(events.c.sequence)
-    )
+@dataclass(frozen=True, eq=False, slots=True)
+class Write:
+    """An insert, update or upsert: it answers the count of rows written."""
+
+    name: str
+    build: Callable[[str], ClauseElement]
 
 
-# name -> factory(dialect name) of a Core statement with named bind parameters (the run
-# listings, one per filter shape, are built from their names: `sql_reads.listing_of`)
-STATEMENTS: Final[Mapping[str, Callable[[str], ClauseElement]]] = MappingProxyType(
-    {
-        "advisory_lock": lambda _: select(func.pg_advisory_xact_lock(bindparam("key"))),
-        **APPEND_STATEMENTS,
-        **READ_STATEMENTS,
-        "events_of_run": lambda _: _events_of_run(),
-        # The same in pages of `limit` rows, keyed on the primary key: the first page, then the
-        # rows after the last sequence seen. A short chain is one round trip on a plain cursor
-        # (a server-side cursor on PostgreSQL costs four), a long one is never held whole.
-        "events_of_run_page": lambda _: _events_of_run().limit(bindparam("limit")),
-        "events_of_run_after": lambda _: (
-            _events_of_run().where(events.c.sequence > bindparam("after")).limit(bindparam("limit"))
-        ),
-        "head": lambda _: select(*_HEAD_COLUMNS).where(_RUN),
-        "head_for_update": lambda _: select(*_HEAD_COLUMNS).where(_RUN).with_for_update(),
-        "operation": lambda _: select(*_OPERATION_COLUMNS).where(_OPERATION),
-        "operation_for_update": lambda _: (
-            select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
-        ),
-        # the same rows with the lease time of the database server's clock (PostgreSQL without
-        # an explicit clock), so that it costs no extra round trip
-        "head_for_update_timed": lambda _: _timed(
-            select(*_HEAD_COLUMNS).where(_RUN).with_for_update()
-        ),
-        "operation_timed": lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
-        "operation_for_update_timed": lambda _: _timed(
-            select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()
-        ),
-        # Receipts of an operation id, driven by the operation-id index: the run's lookup key
-        # comes from a correlated lookup by primary key, NULL for runs of another root or stage
-        # (the caller drops those). With the root and stage in a WHERE/EXISTS instead, the
-        # planners drive the query from the runs of that root and stage — a scan that made
-        # start_run slower as runs accumulated (PostgreSQL: 2 ms at 100 runs, 13 ms at 10,000).
-        "start_receipts": lambda _: select(
-            operations.c.run_id,
-            operations.c.kind,
-            operations.c.state,
-            operations.c.outcome_json,
-            select(runs.c.lookup_key)
-            .where(
-                runs.c.run_id == operations.c.run_id,
-                runs.c.root_hash == bindparam("root_hash"),
-                runs.c.stage == bindparam("stage"),
-            )
-            .scalar_subquery(),
-        ).where(operations.c.operation_id == bindparam("operation_id")),
-        "run_by_key": lambda _: select(runs.c.run_id, runs.c.projection_json).where(
-            runs.c.root_hash == bindparam("root_hash"),
-            runs.c.stage == bindparam("stage"),
-            runs.c.lookup_key == bindparam("lookup_key"),
-        ),
-        "rekey_run": lambda _: update(runs).where(_RUN).values(lookup_key=bindparam("lookup_key")),
-        "bind_change": lambda _: (
-            update(runs)
-            .where(_RUN)
-            .values(
-                lookup_key=bindparam("lookup_key"),
-                change_name=bindparam("change_name"),
-                provisional_key=None,
-            )
-        ),
-        "binding": lambda _: select(
-            delivery_bindings.c.receipt_hash,
-            delivery_bindings.c.approval_revision,
-            delivery_bindings.c.contract_hash,
-            delivery_bindings.c.record_hash,
-        ).where(
-            delivery_bindings.c.run_id == bindparam("run_id"),
-            delivery_bindings.c.gate == bindparam("gate"),
-            delivery_bindings.c.revision == bindparam("revision"),
-        ),
-        "insert_binding": lambda _: delivery_bindings.insert().values(
-            run_id=bindparam("run_id"),
-            gate=bindparam("gate"),
-            revision=bindparam("revision"),
-            receipt_hash=bindparam("receipt_hash"),
-            approval_revision=bindparam("approval_revision"),
-            contract_hash=bindparam("contract_hash"),
-            record_hash=bindparam("record_hash"),
-            operation_id=bindparam("operation_id"),
-        ),
-        "insert_lease": lambda _: operations.insert().values(
-            run_id=bindparam("run_id"),
-            operation_id=bindparam("operation_id"),
-            kind=literal(KIND_LEASE),
-            state=literal(RUNNING),
-            lease_token=bindparam("lease_token"),
-            lease_expires_at=bindparam("lease_expires_at"),
-            lease_fence=bindparam("lease_fence"),
-        ),
-        "restart_lease": lambda _: (
-            update(operations)
-            .where(_OPERATION)
-            .values(
-                state=RUNNING,
-                outcome_json=None,
-                lease_token=bindparam("lease_token"),
-                lease_expires_at=bindparam("lease_expires_at"),
-                lease_fence=bindparam("lease_fence"),
-            )
-        ),
-        "renew_lease": lambda _: (
-            update(operations)
-            .where(_OPERATION, operations.c.lease_token == bindparam("token"))
-            .values(lease_expires_at=bindparam("lease_expires_at"))
-        ),
-        "finish_lease": lambda _: (
-            update(operations)
-            .where(
-                _OPERATION,
-                operations.c.state == RUNNING,
-                operations.c.lease_token == bindparam("token"),
-            )
-            .values(
-                state=bindparam("new_state"),
-                outcome_json=bindparam("outcome_json"),
-                lease_token=None,
-                lease_expires_at=None,
-            )
-        ),
-        "expire_lease": lambda _: (
-            update(operations)
-            .where(
-                _OPERATION,
-                operations.c.state == RUNNING,
-                operations.c.lease_expires_at < bindparam("now"),
-            )
-            .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
-        ),
-        "expire_leases": lambda _: (
-            update(operations)
-            .where(operations.c.state == RUNNING, operations.c.lease_expires_at < bindparam("now"))
-            .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
-        ),
-        # every row is judged at the server's time when it is reached (and re-judged after
-        # waiting for a holder's row lock, so a lease renewed meanwhile stays live)
-        "expire_leases_timed": lambda _: (
-            update(operations)
-            .where(operations.c.state == RUNNING, operations.c.lease_expires_at < server_time_ms())
-            .values(state=INTERRUPTED, lease_token=None, lease_expires_at=None)
-        ),
-        "owner_of_key": lambda _: select(runs.c.run_id).where(
-            runs.c.root_hash == bindparam("root_hash"),
-            runs.c.stage == bindparam("stage"),
-            runs.c.lookup_key == bindparam("lookup_key"),
-        ),
-        "verify_columns": lambda _: select(
-            runs.c.projection_json,
-            runs.c.root_hash,
-            runs.c.stage,
-            runs.c.change_name,
-            runs.c.provisional_key,
-            runs.c.state,
-            runs.c.sequence,
-            runs.c.event_hash,
-            runs.c.delivery_revision,
-            runs.c.terminal_tombstone,
-        ).where(_RUN),
-        "bindings_of_run": lambda _: select(
-            delivery_bindings.c.gate,
-            delivery_bindings.c.revision,
-            delivery_bindings.c.receipt_hash,
-            delivery_bindings.c.approval_revision,
-            delivery_bindings.c.contract_hash,
-            delivery_bindings.c.record_hash,
-        ).where(delivery_bindings.c.run_id == bindparam("run_id")),
-        "run_ids": lambda _: select(runs.c.run_id).order_by(runs.c.run_id),
-        # receipts and leases of a run, checked against its chain by verify_integrity
-        "operations_of_run": lambda _: (
-            select(operations.c.operation_id, *_OPERATION_COLUMNS)
-            .where(operations.c.run_id == bindparam("run_id"))
-            .order_by(operations.c.operation_id)
-        ),
-    }
-)
+Statement = Query[Any] | Write
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,12 +67,14 @@ class CompiledStatement:
 
 
 _stream_ids = itertools.count()
-# (dialect, driver, paramstyle, schema map) -> statement name -> compiled statement
-_cache: dict[tuple[str, str, str, SchemaMap], dict[str, CompiledStatement]] = {}
+# (dialect, driver, paramstyle, schema map) -> statement -> compiled statement
+_cache: dict[tuple[str, str, str, SchemaMap], dict[Statement, CompiledStatement]] = {}
 _cache_lock: Final = threading.Lock()
 
 
-def _compiled_statements(dialect: Dialect, schema_map: SchemaMap) -> dict[str, CompiledStatement]:
+def _compiled_statements(
+    dialect: Dialect, schema_map: SchemaMap
+) -> dict[Statement, CompiledStatement]:
     """The statements compiled so far for one dialect and schema map (filled on use)."""
     key = (dialect.name, str(dialect.driver), str(dialect.paramstyle), schema_map)
     statements = _cache.get(key)
@@ -296,11 +84,11 @@ def _compiled_statements(dialect: Dialect, schema_map: SchemaMap) -> dict[str, C
     return statements
 
 
-def _compiled(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStatement:
+def _compiled(dialect: Dialect, statement: Statement, schema_map: SchemaMap) -> CompiledStatement:
     statements = _compiled_statements(dialect, schema_map)
-    cached = statements.get(name)
+    cached = statements.get(statement)
     if cached is None:
-        cached = statements[name] = _compile(dialect, name, schema_map)
+        cached = statements[statement] = compile_statement(statement, dialect, schema_map)
     return cached
 
 
@@ -316,13 +104,13 @@ def _picker(positions: tuple[str, ...] | None) -> Callable[[Mapping[str, Any]], 
     return operator.itemgetter(*positions)
 
 
-def _compile(dialect: Dialect, name: str, schema_map: SchemaMap) -> CompiledStatement:
-    factory = STATEMENTS.get(name)
-    statement = listing_of(name) if factory is None else factory(dialect.name)
+def compile_statement(
+    statement: Statement, dialect: Dialect, schema_map: SchemaMap = ()
+) -> CompiledStatement:
     options: dict[str, Any] = {}
     if schema_map:
         options = {"schema_translate_map": dict(schema_map), "render_schema_translate": True}
-    compiled: Any = statement.compile(dialect=dialect, **options)
+    compiled: Any = statement.build(dialect.name).compile(dialect=dialect, **options)
     positions = tuple(compiled.positiontup or ()) if compiled.positional else None
     # binds that carry their own value (literals, `values(x=None)`), not caller parameters
     constants = {
@@ -356,7 +144,7 @@ class _ObservedCursor:
 
 
 class Statements:
-    """Executes the named statements on one SQLAlchemy connection's DB-API cursor."""
+    """Executes typed statements on one SQLAlchemy connection's DB-API cursor."""
 
     __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map", "writes")
 
@@ -398,39 +186,40 @@ class Statements:
         """SQLite: begin a transaction holding the write lock (see `engine.begin_immediate`)."""
         self._cursor.execute("BEGIN IMMEDIATE")
 
-    def _run(self, name: str, params: Mapping[str, Any]) -> Any:
-        statement = self._compiled.get(name) or _compiled(self._dialect, name, self._schema_map)
-        self._cursor.execute(statement.text, statement.arguments(params))
+    def _run(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        compiled = self._compiled.get(statement) or _compiled(
+            self._dialect, statement, self._schema_map
+        )
+        self._cursor.execute(compiled.text, compiled.arguments(params))
         return self._cursor
 
-    def one(self, name: str, **params: Any) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = self._run(name, params).fetchone()
-        return row
+    def one(self, query: Query[Row], **params: Any) -> Row | None:
+        """The first row, as the query's row type (None: no row)."""
+        found = self._run(query, params).fetchone()
+        return None if found is None else query.row(*found)
 
-    def all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = self._run(name, params).fetchall()
+    def all(self, query: Query[Row], **params: Any) -> list[Row]:
+        row = query.row
+        return [row(*found) for found in self._run(query, params).fetchall()]
+
+    def raw_rows(self, query: Query[Row], **params: Any) -> list[tuple[Any, ...]]:
+        """`all` as the driver's plain tuples, for a reader that takes many rows by
+        position on purpose (a chain's events: a named row each costs verification time)."""
+        rows: list[tuple[Any, ...]] = self._run(query, params).fetchall()
         return rows
 
-    def row(self, name: str, row_type: Callable[..., Row], **params: Any) -> Row | None:
-        """`one`, as the statement's row type (`sql_rows.ROW_TYPES`)."""
-        found = self._run(name, params).fetchone()
-        return None if found is None else row_type(*found)
-
-    def rows(self, name: str, row_type: Callable[..., Row], **params: Any) -> list[Row]:
-        """`all`, as the statement's row type (`sql_rows.ROW_TYPES`)."""
-        return [row_type(*found) for found in self._run(name, params).fetchall()]
-
-    def write(self, name: str, **params: Any) -> int:
-        count: int = self._run(name, params).rowcount
+    def write(self, write: Write, **params: Any) -> int:
+        count: int = self._run(write, params).rowcount
         if count > 0:
             self.writes += count
         return count
 
-    def stream(self, name: str, batch: int, **params: Any) -> Iterator[tuple[Any, ...]]:
+    def stream(self, query: Query[Row], batch: int, **params: Any) -> Iterator[Row]:
         """Rows in batches of `batch`, never the whole result at once (a server-side
         cursor on PostgreSQL, whose client cursors would fetch everything)."""
-        statement = _compiled(self._dialect, name, self._schema_map)
+        statement = _compiled(self._dialect, query, self._schema_map)
         args = statement.arguments(params)
+        row = query.row
         raw = self._raw
         if self._dialect.name == "postgresql":
             # a named cursor is server-side (psycopg, and its async adapter: name positional)
@@ -443,6 +232,6 @@ class Statements:
         try:
             cursor.execute(statement.text, args)
             while rows := cursor.fetchmany(batch):
-                yield from rows
+                yield from (row(*found) for found in rows)
         finally:
             cursor.close()

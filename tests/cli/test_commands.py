@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from cadence_store import RunStore
-from cadence_store.cli import default_root_hash, main
+from cadence_store.cli import main
+from cadence_store.cli.group import default_root_hash
 from cadence_store.errors import SchemaOutOfDateError
 from cadence_store.storage.schema import head_revision
 
