@@ -5,12 +5,11 @@ connection; `RunStore` runs each call inside one read snapshot (`engine.read_sna
 so a listing, a detail or the counts never mix two states of the store.
 
 The statements are Core against the models' tables, compiled once and run on the DB-API
-cursor by `storage.statements.Statements`, like the repository's own: SQLAlchemy's `Connection.execute`
-would begin its own transaction, which on a `configure_engine` engine is a write lock
-(BEGIN IMMEDIATE) inside the read snapshot. A listing's statement depends on which
-filters it has, so each filter shape is a named statement of its own (a bounded number:
-stages x states x four optional filters), values always bound.
-"""
+cursor by `storage.statements.Statements`, like the repository's own: SQLAlchemy's
+`Connection.execute` would begin its own transaction, which on a `configure_engine`
+engine is a write lock (BEGIN IMMEDIATE) inside the read snapshot. A listing's statement
+depends on which filters it has, so each filter shape is a named statement of its own (a
+bounded number: stages x states x four optional filters), values always bound. """
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ can deadlock:
 On SQLite the transaction itself is the lock (BEGIN IMMEDIATE), and `FOR UPDATE` renders
 as nothing.
 
-The hot path runs Core statements, compiled once (`storage/statements.py`), on the DB-API cursor of the
-session's connection: the ORM's and SQLAlchemy's per-call work was the largest cost of an
-append (NOTES-engines), and an append only needs the locked run row, one INSERT and one
-UPDATE — O(1) in the chain's length.
+The hot path runs Core statements, compiled once (`storage/statements.py`), on the
+DB-API cursor of the session's connection: the ORM's and SQLAlchemy's per-call work was
+the largest cost of an append (NOTES-engines), and an append only needs the locked run
+row, one INSERT and one UPDATE — O(1) in the chain's length.
 
 One job per module: `repository_core` (session, clock, locks, the chain's append),
 `repository_leases` (leases), `repository_reading` (reads and verification); this module
