@@ -27,7 +27,7 @@ from .rows import (
     TimedOperationRow,
     VerifyColumnsRow,
 )
-from .statements import Query, Write
+from .statements import Query, Write, bound
 
 _RUN = RUN_MATCH
 _OPERATION = OPERATION_MATCH
@@ -39,6 +39,7 @@ _HEAD_COLUMNS = (
     runs.c.sequence,
     runs.c.event_hash,
 )
+_LEASE_GRANT = ("lease_token", "lease_expires_at", "lease_fence")
 _OPERATION_COLUMNS = (
     operations.c.kind,
     operations.c.state,
@@ -185,26 +186,24 @@ BINDING: Final = Query(
 INSERT_BINDING: Final = Write(
     "insert_binding",
     lambda _: delivery_bindings.insert().values(
-        run_id=bindparam("run_id"),
-        gate=bindparam("gate"),
-        revision=bindparam("revision"),
-        receipt_hash=bindparam("receipt_hash"),
-        approval_revision=bindparam("approval_revision"),
-        contract_hash=bindparam("contract_hash"),
-        record_hash=bindparam("record_hash"),
-        operation_id=bindparam("operation_id"),
+        bound(
+            "run_id",
+            "gate",
+            "revision",
+            "receipt_hash",
+            "approval_revision",
+            "contract_hash",
+            "record_hash",
+            "operation_id",
+        )
     ),
 )
 INSERT_LEASE: Final = Write(
     "insert_lease",
     lambda _: operations.insert().values(
-        run_id=bindparam("run_id"),
-        operation_id=bindparam("operation_id"),
         kind=literal(KIND_LEASE),
         state=literal(RUNNING),
-        lease_token=bindparam("lease_token"),
-        lease_expires_at=bindparam("lease_expires_at"),
-        lease_fence=bindparam("lease_fence"),
+        **bound("run_id", "operation_id", *_LEASE_GRANT),
     ),
 )
 RESTART_LEASE: Final = Write(
@@ -212,13 +211,7 @@ RESTART_LEASE: Final = Write(
     lambda _: (
         update(operations)
         .where(_OPERATION)
-        .values(
-            state=RUNNING,
-            outcome_json=None,
-            lease_token=bindparam("lease_token"),
-            lease_expires_at=bindparam("lease_expires_at"),
-            lease_fence=bindparam("lease_fence"),
-        )
+        .values(state=RUNNING, outcome_json=None, **bound(*_LEASE_GRANT))
     ),
 )
 RENEW_LEASE: Final = Write(

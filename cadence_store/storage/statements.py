@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import BindParameter, Connection, bindparam
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
@@ -50,6 +50,11 @@ class Write:
 
 
 Statement = Query[Any] | Write
+
+
+def bound(*names: str) -> dict[str, BindParameter[Any]]:
+    """Each named column's value as the bound parameter of the same name (for `values`)."""
+    return {name: bindparam(name) for name in names}
 
 
 @dataclass(frozen=True, slots=True)
