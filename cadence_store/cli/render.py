@@ -86,6 +86,25 @@ def scrub(text: str, urls: Iterable[str] = ()) -> str:
     return _QUERY_SECRET.sub(r"\g<key>***", text)
 
 
+# what to do about a whole class of errors (after the codes that say more)
+_CLASS_HINTS: Final[tuple[tuple[type[errors.CadenceStoreError], str], ...]] = (
+    (
+        errors.StoreUnavailableError,
+        "check the database URL, that the server is reachable and the file is writable",
+    ),
+    (
+        errors.StateRootError,
+        "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
+        "the current directory, owned by you, with no symlinked component (or pass --url)",
+    ),
+    (
+        errors.JournalIntegrityError,
+        "the journal does not verify; see `cadence-store verify` and restore from a backup",
+    ),
+    (errors.RunNotFoundError, "no run has that id; list them with `cadence-store runs`"),
+)
+
+
 def hint(error: errors.CadenceStoreError) -> str:
     """What to do about an expected failure, in one line."""
     if isinstance(error, errors.SchemaOutOfDateError):
@@ -117,17 +136,9 @@ def hint(error: errors.CadenceStoreError) -> str:
             "the database refused a statement of cadence-store's (a missing or altered "
             "table?); nothing was kept: check `cadence-store info` and restore the schema"
         )
-    if isinstance(error, errors.StoreUnavailableError):
-        return "check the database URL, that the server is reachable and the file is writable"
-    if isinstance(error, errors.StateRootError):
-        return (
-            "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
-            "the current directory, owned by you, with no symlinked component (or pass --url)"
-        )
-    if isinstance(error, errors.JournalIntegrityError):
-        return "the journal does not verify; see `cadence-store verify` and restore from a backup"
-    if isinstance(error, errors.RunNotFoundError):
-        return "no run has that id; list them with `cadence-store runs`"
+    for error_type, text in _CLASS_HINTS:
+        if isinstance(error, error_type):
+            return text
     if isinstance(error, errors.LeaseFencedError):
         if error.detail and "already committed" in error.detail:
             return "nothing to do: a new lease on it would start the operation again"

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Final, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
@@ -38,7 +39,7 @@ from ..storage.append_statements import (
     UPSERT_RECEIPT,
 )
 from ..storage.failures import WRITE, coded
-from ..storage.rows import OperationRow, TimedOperationRow
+from ..storage.rows import OperationRow
 from ..storage.run_statements import (
     ADVISORY_LOCK,
     HEAD,
@@ -80,20 +81,19 @@ def expiry(now: int, ttl: int) -> int:
     return expires_at
 
 
+@dataclass(slots=True)
 class _NextEvent:
     """An event computed from a locked run's head, and the run's projection after it."""
 
-    __slots__ = ("document", "event_hash", "head", "payload_json", "projection_json", "type")
+    head: RunHead
+    type: str
+    payload_json: str
+    event_hash: str
+    document: Document
+    projection_json: str = field(init=False)
 
-    def __init__(
-        self, head: RunHead, type_: str, payload_json: str, event_hash: str, document: Document
-    ) -> None:
-        self.head = head
-        self.type = type_
-        self.payload_json = payload_json
-        self.event_hash = event_hash
-        self.document = document
-        self.projection_json = js_stringify(document)
+    def __post_init__(self) -> None:
+        self.projection_json = js_stringify(self.document)
 
     def parameters(self) -> dict[str, Any]:
         """The bound values of the append's statements (`storage/statements.py`), by name."""
@@ -258,7 +258,7 @@ class RepositoryCore:
 
     def _timed_operation(
         self, sql: Statements, run_id: str, operation_id: str, *, lock: bool
-    ) -> tuple[OperationRow | TimedOperationRow | None, int | None]:
+    ) -> tuple[OperationRow | None, int | None]:
         """The operation row and the lease time to judge it by: the server's clock, read
         in the same statement (after the row lock), or the caller's clock."""
         if not self._server_clock():
@@ -269,7 +269,7 @@ class RepositoryCore:
             run_id=run_id,
             operation_id=operation_id,
         )
-        return (None, None) if timed is None else (timed, int(timed.now))
+        return (None, None) if timed is None else timed
 
     # -- receipts ----------------------------------------------------------------------
 

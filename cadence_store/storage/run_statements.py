@@ -18,14 +18,14 @@ from .rows import (
     HeadRow,
     KeyOwnerRow,
     LockedRow,
+    LockedRunTimeRow,
     OperationOfRunRow,
     OperationRow,
     RunIdRow,
     RunProjectionRow,
     StartReceiptRow,
-    TimedHeadRow,
-    TimedOperationRow,
     VerifyColumnsRow,
+    with_server_time,
 )
 from .statements import Query, Write, bound
 
@@ -38,6 +38,12 @@ _HEAD_COLUMNS = (
     runs.c.projection_json,
     runs.c.sequence,
     runs.c.event_hash,
+)
+# a run by its lookup key, unique per root hash and stage
+_RUN_BY_KEY = (
+    runs.c.root_hash == bindparam("root_hash"),
+    runs.c.stage == bindparam("stage"),
+    runs.c.lookup_key == bindparam("lookup_key"),
 )
 _LEASE_GRANT = ("lease_token", "lease_expires_at", "lease_fence")
 _OPERATION_COLUMNS = (
@@ -110,18 +116,18 @@ OPERATION_FOR_UPDATE: Final = Query(
 # an explicit clock), so that it costs no extra round trip
 HEAD_FOR_UPDATE_TIMED: Final = Query(
     "head_for_update_timed",
-    lambda _: _timed(select(*_HEAD_COLUMNS).where(_RUN).with_for_update()),
-    TimedHeadRow,
+    lambda _: _timed(select(runs.c.run_id).where(_RUN).with_for_update()),
+    LockedRunTimeRow,
 )
 OPERATION_TIMED: Final = Query(
     "operation_timed",
     lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
-    TimedOperationRow,
+    with_server_time,
 )
 OPERATION_FOR_UPDATE_TIMED: Final = Query(
     "operation_for_update_timed",
     lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()),
-    TimedOperationRow,
+    with_server_time,
 )
 # Receipts of an operation id, driven by the operation-id index: the run's lookup key
 # comes from a correlated lookup by primary key, NULL for runs of another root or stage
@@ -147,11 +153,7 @@ START_RECEIPTS: Final = Query(
 )
 RUN_BY_KEY: Final = Query(
     "run_by_key",
-    lambda _: select(runs.c.run_id, runs.c.projection_json).where(
-        runs.c.root_hash == bindparam("root_hash"),
-        runs.c.stage == bindparam("stage"),
-        runs.c.lookup_key == bindparam("lookup_key"),
-    ),
+    lambda _: select(runs.c.run_id, runs.c.projection_json).where(*_RUN_BY_KEY),
     RunProjectionRow,
 )
 REKEY_RUN: Final = Write(
@@ -271,11 +273,7 @@ EXPIRE_LEASES_TIMED: Final = Write(
 )
 OWNER_OF_KEY: Final = Query(
     "owner_of_key",
-    lambda _: select(runs.c.run_id).where(
-        runs.c.root_hash == bindparam("root_hash"),
-        runs.c.stage == bindparam("stage"),
-        runs.c.lookup_key == bindparam("lookup_key"),
-    ),
+    lambda _: select(runs.c.run_id).where(*_RUN_BY_KEY),
     KeyOwnerRow,
 )
 VERIFY_COLUMNS: Final = Query(
