@@ -191,9 +191,6 @@ class RepositoryCore:
     def _read_statements(self) -> Statements:
         return self.transaction.statements(write=False)
 
-    def _on_postgresql(self) -> bool:
-        return self.transaction.profile.name == "postgresql"
-
     def _now(self) -> int:
         now = self._clock()
         if isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now):
@@ -208,7 +205,7 @@ class RepositoryCore:
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
         callers run on many machines, unless the caller gave its own `clock=`."""
-        return not self._explicit_clock and self._on_postgresql()
+        return not self._explicit_clock and self.transaction.profile.server_clock
 
     def _require_root(self) -> str:
         if self.root_hash is None:
@@ -216,7 +213,7 @@ class RepositoryCore:
         return self.root_hash
 
     def _advisory_locks(self, sql: Statements, keys: Iterable[str]) -> None:
-        if self._on_postgresql():
+        if self.transaction.profile.advisory_locks:
             for key in sorted(set(keys)):
                 sql.one(ADVISORY_LOCK, key=_advisory_key(key))
 
@@ -337,7 +334,7 @@ class RepositoryCore:
         params["kind"] = event.type
         params["outcome_json"] = event.projection_json
         params["now"] = self._append_now()
-        if sql.dialect_name == "postgresql":
+        if sql.profile.one_statement_append:
             found = sql.one(APPEND_RECORDED, **params)
             appended = found is not None and found.advanced == 1
         else:

@@ -36,6 +36,7 @@ from ..errors import (
 )
 from . import legacy
 from . import sqlite_pragmas as pragmas
+from .dialects import POSTGRESQL
 from .engine import (
     create_store_engine,
     enable_wal,
@@ -47,7 +48,6 @@ from .engine import (
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
 from .readiness import forget_store_ready as forget_pool
-from .statements import DEFAULT_PG_SCHEMA
 
 if TYPE_CHECKING:
     # Alembic is imported where a migration or a revision lookup needs it, not at import:
@@ -221,9 +221,9 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
                 # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
                 connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
             elif is_postgresql(connection):
-                # the store's statements name `public` (sql.DEFAULT_PG_SCHEMA); a pooled
+                # the store's statements name the default schema (`public`); a pooled
                 # connection's leftover search_path must not put the tables elsewhere
-                connection.exec_driver_sql(f"SET LOCAL search_path TO {DEFAULT_PG_SCHEMA}")
+                connection.exec_driver_sql(f"SET LOCAL search_path TO {POSTGRESQL.default_schema}")
             adopt_if_needed(connection)
             yield connection
             connection.commit()
