@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,14 @@ _SEQUENCE: Final = re.compile(r'"sequence":(\d{1,16})[,}]')
 
 
 _sha256: Final = hashlib.sha256
+
+_dumps: Callable[[Any], bytes] | None
+try:  # a dependency; the stdlib's exact path stands in without it
+    import orjson
+
+    _dumps = orjson.dumps
+except ImportError:  # pragma: no cover
+    _dumps = None
 
 
 def _digest(text: str) -> bytes:
@@ -247,6 +256,103 @@ class ReceiptVerifier:
         return None
 
 
+class LocatedReceipts:
+    """Receipts streamed in sequence order, checked as the replay passes each sequence.
+
+    `rows` yields `(sequence, operation_id, outcome_json)` of the run's journal receipts
+    whose stored `operations.sequence` column locates them, ascending by that column.
+    Nothing is kept per receipt (memory stays flat in the run's length): at each event
+    the receipts naming its sequence must be, byte for byte, `JSON.stringify` of the
+    projection there. The column only locates: a receipt it places wrongly differs from
+    the projection it is compared with. Receipts it does not locate (a NULL column) and
+    rows of other shapes go through `ReceiptVerifier.add` as before.
+    """
+
+    def __init__(self, rows: Iterable[tuple[int, str, Any]]) -> None:
+        self._rows = iter(rows)
+        self._pending = next(self._rows, None)
+        self.fault: ReceiptProblem | None = None
+
+    @property
+    def next_sequence(self) -> int | float:
+        """The sequence of the next receipt to check (infinity: none is left)."""
+        return math.inf if self._pending is None else self._pending[0]
+
+    def observe(self, sequence: int, projection: Document | None) -> int | float:
+        """Check the receipts located at or before `sequence` (call it, in chain order,
+        when `next_sequence <= sequence`); returns the new `next_sequence`."""
+        encoded: str | None = None
+        pending = self._pending
+        while pending is not None and pending[0] <= sequence:
+            located, operation_id, text = pending
+            if self.fault is None:
+                if located != sequence:  # before the first event: not on the chain
+                    self.fault = _off_chain(operation_id, located)
+                else:
+                    if encoded is None:
+                        encoded = _fast_stringify(projection)
+                    if text != encoded:
+                        self.fault = _located_difference(operation_id, sequence, projection, text)
+            pending = next(self._rows, None)
+        self._pending = pending
+        return math.inf if pending is None else pending[0]
+
+    def finish(self) -> ReceiptProblem | None:
+        """After the last event: the first fault, or a receipt located beyond the head."""
+        if self.fault is None and self._pending is not None:
+            located, operation_id, _ = self._pending
+            self.fault = _off_chain(operation_id, located)
+        return self.fault
+
+
+def _fast_stringify(projection: Document | None) -> str | None:
+    """`JSON.stringify(projection)` by orjson where that is proven the same bytes, else
+    None (then the exact path decides). Every value of a projection is validated
+    (enumerations, sha256 hex, safe integers, strings) except the extra keys an approval
+    proof may carry; orjson writes such strings as JSON.stringify does (tested for every
+    code point) and raises on lone surrogates."""
+    if projection is None or _dumps is None:
+        return None
+    for binding in projection.get("deliveryBindings") or ():
+        proof = binding.get("approvalProof")
+        if proof is not None and len(proof) != 3:  # revision, contractHash, recordHash
+            return None
+    try:
+        return _dumps(projection).decode()
+    except (TypeError, ValueError):
+        return None
+
+
+def _located_difference(
+    operation_id: str, sequence: int, projection: Document | None, text: object
+) -> ReceiptProblem | None:
+    """None when the receipt is the projection after all (the exact path agrees)."""
+    if projection is None:
+        return _off_chain(operation_id, sequence)
+    try:
+        exact = js_stringify(projection)
+    except JsonValueError:
+        exact = None
+    if text == exact:
+        return None
+    if not isinstance(text, str):
+        return ReceiptProblem(
+            operation_id, RECEIPT_MISMATCH, "outcome_json", "a projection", text, sequence
+        )
+    return _difference(operation_id, sequence, projection, text)
+
+
+def _off_chain(operation_id: str, sequence: int) -> ReceiptProblem:
+    return ReceiptProblem(
+        operation_id,
+        RECEIPT_MISMATCH,
+        "outcome_json.sequence",
+        "a sequence on the chain",
+        sequence,
+        sequence,
+    )
+
+
 def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptProblem:
     """Which receipt naming `sequence` differs from `projection` (None: not on the chain),
     and where."""
@@ -322,6 +428,7 @@ def receipt_error(run_id: str, problem: ReceiptProblem) -> JournalIntegrityError
 __all__ = [
     "JOURNAL_RECEIPT_KINDS",
     "LEASE_KIND",
+    "LocatedReceipts",
     "OPERATION_COLUMNS",
     "OPERATION_STATES",
     "RECEIPT_MISMATCH",
