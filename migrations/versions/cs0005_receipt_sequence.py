@@ -71,9 +71,7 @@ def _fill(connection: sa.Connection) -> None:
             return
         located = []
         for run_id, operation_id, outcome_json in rows:
-            found = (
-                CLAIMED_SEQUENCE.search(outcome_json) if isinstance(outcome_json, str) else None
-            )
+            found = CLAIMED_SEQUENCE.search(outcome_json) if isinstance(outcome_json, str) else None
             if found is not None:
                 located.append(
                     {
