@@ -185,18 +185,9 @@ class ReceiptVerifier:
             and fence is None
             and kind in JOURNAL_RECEIPT_KINDS
             and isinstance(outcome_json, str)
+            and self.expect(outcome_json)  # the usual receipt: its digest is kept
         ):
-            # the usual receipt: keep its digest under the sequence it names
-            match = _SEQUENCE.search(outcome_json)
-            if match is not None:
-                sequence = int(match.group(1))
-                digest = _digest(outcome_json)
-                known = self.waiting.setdefault(sequence, digest)
-                if known is not digest:
-                    self.waiting[sequence] = (
-                        (known, digest) if isinstance(known, bytes) else (*known, digest)
-                    )
-                return
+            return
         if kind == LEASE_KIND:
             self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
             if self.problem is None and (
@@ -220,6 +211,21 @@ class ReceiptVerifier:
             f"a projection of run {self.run_id}",
             outcome_json,
         )
+
+    def expect(self, outcome_json: str) -> bool:
+        """Keep a receipt's digest under the sequence its text names, to be compared when
+        the pass gets there; False when it names none."""
+        match = _SEQUENCE.search(outcome_json)
+        if match is None:
+            return False
+        sequence = int(match.group(1))
+        digest = _digest(outcome_json)
+        known = self.waiting.setdefault(sequence, digest)
+        if known is not digest:
+            self.waiting[sequence] = (
+                (known, digest) if isinstance(known, bytes) else (*known, digest)
+            )
+        return True
 
     def observe(self, sequence: int, projection: Mapping[str, Any] | None) -> None:
         """The projection the chain produced at `sequence` (call it for each event, or
@@ -272,6 +278,10 @@ class LocatedReceipts:
         self._rows = iter(rows)
         self._pending = next(self._rows, None)
         self.fault: ReceiptProblem | None = None
+        # (operation_id, sequence its text names, text) of receipts stored at another
+        # sequence than their text names (never written so): the caller checks them with
+        # a `ReceiptVerifier` in a second pass
+        self.elsewhere: list[tuple[str, int, str]] = []
 
     @property
     def next_sequence(self) -> int | float:
@@ -292,13 +302,28 @@ class LocatedReceipts:
                     if encoded is None:
                         encoded = _fast_stringify(projection)
                     if text != encoded:
-                        self.fault = _located_difference(operation_id, sequence, projection, text)
+                        self._differs(operation_id, sequence, projection, text)
             pending = next(self._rows, None)
         self._pending = pending
         return math.inf if pending is None else pending[0]
 
+    def _differs(
+        self, operation_id: str, sequence: int, projection: Document | None, text: object
+    ) -> None:
+        problem = _located_difference(operation_id, sequence, projection, text)
+        if problem is None:
+            return
+        claimed = _claimed_sequence(text)
+        if claimed is not None and claimed != sequence:
+            # its text names another sequence: the rule is "a projection the chain
+            # produced" there, so it is checked at that one (`elsewhere`)
+            self.elsewhere.append((operation_id, claimed, text))  # type: ignore[arg-type]
+        else:
+            self.fault = problem
+
     def finish(self) -> ReceiptProblem | None:
-        """After the last event: the first fault, or a receipt located beyond the head."""
+        """After the last event: the first fault, or a receipt located beyond the head
+        (then also see `elsewhere`)."""
         if self.fault is None and self._pending is not None:
             located, operation_id, _ = self._pending
             self.fault = _off_chain(operation_id, located)
