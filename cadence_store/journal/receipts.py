@@ -297,36 +297,37 @@ class LocatedReceipts:
             located, operation_id, text = pending
             if self.fault is None:
                 if located != sequence:  # before the first event: not on the chain
-                    self.fault = _off_chain(operation_id, located)
+                    self._misplaced(operation_id, located, text, None)
                 else:
                     if encoded is None:
                         encoded = _fast_stringify(projection)
                     if text != encoded:
-                        self._differs(operation_id, sequence, projection, text)
+                        problem = _located_difference(operation_id, sequence, projection, text)
+                        if problem is not None:
+                            self._misplaced(operation_id, sequence, text, problem)
             pending = next(self._rows, None)
         self._pending = pending
         return math.inf if pending is None else pending[0]
 
-    def _differs(
-        self, operation_id: str, sequence: int, projection: Document | None, text: object
+    def _misplaced(
+        self, operation_id: str, located: int, text: object, problem: ReceiptProblem | None
     ) -> None:
-        problem = _located_difference(operation_id, sequence, projection, text)
-        if problem is None:
-            return
+        """A receipt that is not the replay where it is stored: at fault, unless its text
+        names another sequence. The rule is "a projection the chain produced" at the
+        sequence it names, so that one decides (`elsewhere`)."""
         claimed = _claimed_sequence(text)
-        if claimed is not None and claimed != sequence:
-            # its text names another sequence: the rule is "a projection the chain
-            # produced" there, so it is checked at that one (`elsewhere`)
+        if claimed is not None and claimed != located:
             self.elsewhere.append((operation_id, claimed, text))  # type: ignore[arg-type]
         else:
-            self.fault = problem
+            self.fault = problem or _off_chain(operation_id, located)
 
     def finish(self) -> ReceiptProblem | None:
         """After the last event: the first fault, or a receipt located beyond the head
         (then also see `elsewhere`)."""
-        if self.fault is None and self._pending is not None:
-            located, operation_id, _ = self._pending
-            self.fault = _off_chain(operation_id, located)
+        while self.fault is None and self._pending is not None:
+            located, operation_id, text = self._pending
+            self._misplaced(operation_id, located, text, None)
+            self._pending = next(self._rows, None)
         return self.fault
 
 

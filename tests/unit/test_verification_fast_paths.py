@@ -162,9 +162,10 @@ def test_the_first_receipt_that_is_not_the_replay_is_named(tamper: Any, field: s
 def test_a_receipt_located_off_the_chain_is_named(located: int) -> None:
     chain = _chain(6)
     rows = [(n, f"op-{n}", js_stringify(p)) for n, p in enumerate(chain, start=1)]
-    rows.append((located, "stray", js_stringify(chain[0])))
+    rows.append((located, "stray", js_stringify({**chain[0], "sequence": located})))
     rows.sort(key=lambda row: row[0])
-    fault, _ = _check(chain, rows)
+    fault, elsewhere = _check(chain, rows)
+    assert elsewhere == []
     assert (fault.operation_id, fault.field, fault.sequence) == (
         "stray",
         "outcome_json.sequence",
@@ -177,6 +178,11 @@ def test_a_receipt_stored_at_another_sequence_than_its_text_names_is_handed_on()
     rows = [(n, f"op-{n}", js_stringify(p)) for n, p in enumerate(chain, start=1)]
     rows[4] = (5, "op-5", js_stringify(chain[2]))  # a genuine older projection
     assert _check(chain, rows) == (None, [("op-5", 3, js_stringify(chain[2]))])
+    # stored before the first event or beyond the head, naming a sequence on the chain
+    for located in (0, 9):
+        stray = [*rows[:4], (located, "stray", js_stringify(chain[1]))]
+        stray.sort(key=lambda row: row[0])
+        assert _check(chain, stray) == (None, [("stray", 2, js_stringify(chain[1]))])
 
 
 def test_orjson_is_trusted_only_where_its_bytes_are_json_stringify() -> None:
