@@ -3,7 +3,8 @@
 //   {"create": {"consumerRoot", "stateBase"}} -> {"databasePath"} (an empty 1.x store)
 //   {"open": {"consumerRoot", "stateBase"}}   -> {"opened": true}
 //   {"verify": runId}                         -> {"seconds", "sequence"}
-//   {"memory": true}                          -> {"maxRssMb", "heapUsedMb"}
+//   {"memory": true}                          -> {"maxRssMb" (peak so far), "heapUsedMb"}
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 import path from "node:path";
@@ -13,6 +14,12 @@ const { RunStore } = await import(pathToFileURL(path.join(source, "run-store.ts"
 const { resolveStateRoot } = await import(pathToFileURL(path.join(source, "state-root.ts")).href);
 
 let store;
+// VmHWM, this process's peak RSS: resourceUsage().maxRSS is the kernel's ru_maxrss,
+// which Linux carries over from the parent across fork and exec
+const peakRssMb = () => {
+  const status = readFileSync("/proc/self/status", "utf8").match(/^VmHWM:\s+(\d+) kB/m);
+  return status ? Number(status[1]) / 1024 : process.resourceUsage().maxRSS / 1024;
+};
 const answer = (value) => process.stdout.write(JSON.stringify(value) + "\n");
 const root = ({ consumerRoot, stateBase }) =>
   resolveStateRoot({ consumerRoot, xdgStateHome: stateBase });
@@ -33,10 +40,7 @@ for await (const line of createInterface({ input: process.stdin })) {
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       answer({ seconds, sequence: projection.sequence });
     } else if (command.memory) {
-      answer({
-        maxRssMb: process.resourceUsage().maxRSS / 1024,
-        heapUsedMb: process.memoryUsage().heapUsed / 2 ** 20,
-      });
+      answer({ maxRssMb: peakRssMb(), heapUsedMb: process.memoryUsage().heapUsed / 2 ** 20 });
     } else {
       answer({ error: `unknown command ${line}` });
     }

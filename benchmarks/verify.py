@@ -90,7 +90,12 @@ def _peak_mb(action: Callable[[], object]) -> float:
 
 
 def _max_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process's peak RSS (VmHWM). Not `ru_maxrss`: Linux carries that over from the
+    parent across fork and exec, so a fresh process would report its parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
 
 
 def rss_probe(url: str, run_id: str) -> dict[str, float]:
