@@ -155,7 +155,8 @@ def _receipt_shape(
     return None
 
 
-def _claimed_sequence(outcome_json: object) -> int | None:
+def claimed_sequence(outcome_json: object) -> int | None:
+    """The sequence a receipt's text names (where verification looks for it), or None."""
     match = _SEQUENCE.search(outcome_json) if isinstance(outcome_json, str) else None
     return None if match is None else int(match.group(1))
 
@@ -315,7 +316,7 @@ class LocatedReceipts:
         """A receipt that is not the replay where it is stored: at fault, unless its text
         names another sequence. The rule is "a projection the chain produced" at the
         sequence it names, so that one decides (`elsewhere`)."""
-        claimed = _claimed_sequence(text)
+        claimed = claimed_sequence(text)
         if claimed is not None and claimed != located:
             self.elsewhere.append((operation_id, claimed, text))  # type: ignore[arg-type]
         else:
@@ -389,7 +390,7 @@ def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptP
         except JsonValueError:
             pass
     for operation_id, kind, _, outcome_json, *_ in rows:
-        if kind not in JOURNAL_RECEIPT_KINDS or _claimed_sequence(outcome_json) != sequence:
+        if kind not in JOURNAL_RECEIPT_KINDS or claimed_sequence(outcome_json) != sequence:
             continue
         if projection is None:
             return ReceiptProblem(
@@ -459,6 +460,7 @@ __all__ = [
     "OPERATION_STATES",
     "RECEIPT_MISMATCH",
     "ReceiptProblem",
+    "claimed_sequence",
     "ReceiptVerifier",
     "receipt_error",
 ]

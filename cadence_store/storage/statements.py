@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import operator
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -217,9 +217,17 @@ class Statements:
     def stream(self, query: Query[Row], batch: int, **params: Any) -> Iterator[Row]:
         """Rows in batches of `batch`, never the whole result at once (a server-side
         cursor on PostgreSQL, whose client cursors would fetch everything)."""
+        row = query.row
+        for found in self.raw_stream(query, batch, **params):
+            yield row(*found)
+
+    def raw_stream(
+        self, query: Query[Row], batch: int, **params: Any
+    ) -> Generator[tuple[Any, ...]]:
+        """`stream` as the driver's plain tuples (see `raw_rows`); closing the generator
+        closes its cursor."""
         statement = _compiled(self._dialect, query, self._schema_map)
         args = statement.arguments(params)
-        row = query.row
         raw = self._raw
         if self._dialect.name == "postgresql":
             # a named cursor is server-side (psycopg, and its async adapter: name positional)
@@ -232,6 +240,6 @@ class Statements:
         try:
             cursor.execute(statement.text, args)
             while rows := cursor.fetchmany(batch):
-                yield from (row(*found) for found in rows)
+                yield from rows
         finally:
             cursor.close()

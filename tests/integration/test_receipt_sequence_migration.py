@@ -21,7 +21,7 @@ from support import FakeClock
 
 import cadence_store
 from cadence_store import JournalIntegrityError, RunStore, export_store, import_store
-from cadence_store.schema import downgrade, head_revision
+from cadence_store.storage.schema import downgrade, head_revision
 
 A = "a" * 64
 CLAIMED = re.compile(r'"sequence":(\d{1,16})[,}]')
