@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -16,7 +17,15 @@ ROOT_HASH = "ab" * 32
 # A realistic epoch-milliseconds start: lease expiries exceed 32-bit integers (BIGINT).
 START_MS = CLOCK_START_MS
 
-__all__ = ["OWNED", "ROOT_HASH", "START_MS", "FakeClock", "Snapshot", "table_snapshot"]
+__all__ = [
+    "OWNED",
+    "ROOT_HASH",
+    "START_MS",
+    "FakeClock",
+    "Snapshot",
+    "adopted_operation",
+    "table_snapshot",
+]
 
 OWNED = {
     "runs": runs,
@@ -26,6 +35,17 @@ OWNED = {
 }
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
+
+
+def adopted_operation(row: dict[str, Any]) -> dict[str, Any]:
+    """A cadence 1.x operations row as adoption leaves it: cadence 1.x's columns, plus the
+    fence given to each lease (cs0002) and the sequence a receipt's text names (cs0005)."""
+    lease = row["kind"] == "lease"
+    return {
+        **row,
+        "lease_fence": 1 if lease else None,
+        "sequence": None if lease else json.loads(row["outcome_json"])["sequence"],
+    }
 
 
 def table_snapshot(engine: Engine) -> Snapshot:

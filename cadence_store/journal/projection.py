@@ -22,7 +22,7 @@ from .events import (
     hash_canonical_event,
     hash_event,
 )
-from .states import RUN_STATES, TERMINAL_STATES, assert_transition
+from .states import LEGAL_TRANSITIONS, RUN_STATES, TERMINAL_STATES, assert_transition
 from .stored_json import decode_payload
 from .validation import is_safe_integer, is_sha256
 from .values import RunEvent, RunProjection
@@ -38,6 +38,7 @@ from .vocabulary import (
 )
 
 Document = dict[str, Any]
+_DECODED_KEPT = 256  # distinct payload texts a verifier remembers
 
 
 def _require_string(payload: Mapping[str, Any], key: str) -> str:
@@ -245,6 +246,8 @@ class ChainVerifier:
         self.prior_hash = ZERO_EVENT_HASH
         self._prior_ascii = ZERO_EVENT_HASH.encode("ascii")
         self.count = 0
+        # payload text -> (value, canonical JSON or None), see `_decode`
+        self._decoded: dict[str, tuple[Any, bytes | None]] = {}
 
     def feed(
         self, sequence: int, type_: str, payload: Mapping[str, Any], hash_: str, prior_hash: str
@@ -260,11 +263,12 @@ class ChainVerifier:
         self, sequence: int, type_: str, payload_json: str, hash_: str, prior_hash: str
     ) -> Any:
         """`feed` an event as stored: its payload as JSON text (decoded on the C fast path
-        where that is proven exact, see `stored_json`). Returns the decoded payload."""
-        try:
-            payload, canonical = decode_payload(payload_json)
-        except (TypeError, ValueError, RecursionError):  # RecursionError: hostile nesting
-            raise chain_break("payload is not JSON", sequence=sequence, field="payload") from None
+        where that is proven exact, see `stored_json`). Returns the decoded payload, which
+        may be shared with other events of the chain (never modify it)."""
+        decoded = self._decoded.get(payload_json) if type(payload_json) is str else None
+        if decoded is None:
+            decoded = self._decode(sequence, payload_json)
+        payload, canonical = decoded
         expected = None
         if canonical is not None and prior_hash == self.prior_hash:
             # the hot path of verification, so the header is written here directly
@@ -281,9 +285,55 @@ class ChainVerifier:
                 expected = hash_event(sequence, type_, payload, prior_hash)
             except (JsonValueError, RecursionError):
                 expected = None
-        self._check(sequence, hash_, prior_hash, expected)
+        if (
+            expected is None
+            or expected != hash_
+            or sequence != self.count + 1
+            or type(sequence) is bool
+            or prior_hash != self.prior_hash
+        ):
+            self._check(sequence, hash_, prior_hash, expected)  # raises what differs
+        projection = self.projection
+        if (
+            type_ == STATE_TRANSITIONED
+            and projection is not None
+            and type(payload) is dict
+            and type(sequence) is int
+        ):
+            # the usual event, folded inline (`_transitioned` is the rule, and decides
+            # every case this does not take: a mismatch, an illegal target)
+            state = projection["state"]
+            target = payload.get("to")
+            if payload.get("from") == state and target in LEGAL_TRANSITIONS.get(state, ()):
+                projection.pop("pauseCode", None)
+                projection.pop("terminal", None)
+                projection["state"] = target
+                code = payload.get("code")
+                if isinstance(code, str):
+                    projection["pauseCode"] = code
+                if target in TERMINAL_STATES:
+                    projection["terminal"] = target
+                projection["sequence"] = sequence
+                projection["eventHash"] = hash_
+                self.prior_hash = hash_
+                self._prior_ascii = hash_.encode("ascii")  # a checked hexdigest
+                self.count += 1
+                return payload
         self.advance(sequence, type_, payload, hash_)
         return payload
+
+    def _decode(self, sequence: int, payload_json: str) -> tuple[Any, bytes | None]:
+        """`decode_payload`, remembered for the texts a chain repeats (most transitions
+        carry one of a few payloads); a bounded cache, so memory stays flat."""
+        try:
+            decoded = decode_payload(payload_json)
+        except (TypeError, ValueError, RecursionError):  # RecursionError: hostile nesting
+            raise chain_break("payload is not JSON", sequence=sequence, field="payload") from None
+        if type(payload_json) is str:
+            if len(self._decoded) >= _DECODED_KEPT:
+                self._decoded.clear()
+            self._decoded[payload_json] = decoded
+        return decoded
 
     def _check(self, sequence: int, hash_: str, prior_hash: str, expected: str | None) -> None:
         # `expected` is a sha256 hexdigest (or None), so equality also proves `hash_` is one

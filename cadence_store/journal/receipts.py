@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,14 @@ _SEQUENCE: Final = re.compile(r'"sequence":(\d{1,16})[,}]')
 
 
 _sha256: Final = hashlib.sha256
+
+_dumps: Callable[[Any], bytes] | None
+try:  # a dependency; the stdlib's exact path stands in without it
+    import orjson
+
+    _dumps = orjson.dumps
+except ImportError:  # pragma: no cover
+    _dumps = None
 
 
 def _digest(text: str) -> bytes:
@@ -146,7 +155,8 @@ def _receipt_shape(
     return None
 
 
-def _claimed_sequence(outcome_json: object) -> int | None:
+def claimed_sequence(outcome_json: object) -> int | None:
+    """The sequence a receipt's text names (where verification looks for it), or None."""
     match = _SEQUENCE.search(outcome_json) if isinstance(outcome_json, str) else None
     return None if match is None else int(match.group(1))
 
@@ -176,18 +186,9 @@ class ReceiptVerifier:
             and fence is None
             and kind in JOURNAL_RECEIPT_KINDS
             and isinstance(outcome_json, str)
+            and self.expect(outcome_json)  # the usual receipt: its digest is kept
         ):
-            # the usual receipt: keep its digest under the sequence it names
-            match = _SEQUENCE.search(outcome_json)
-            if match is not None:
-                sequence = int(match.group(1))
-                digest = _digest(outcome_json)
-                known = self.waiting.setdefault(sequence, digest)
-                if known is not digest:
-                    self.waiting[sequence] = (
-                        (known, digest) if isinstance(known, bytes) else (*known, digest)
-                    )
-                return
+            return
         if kind == LEASE_KIND:
             self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
             if self.problem is None and (
@@ -211,6 +212,21 @@ class ReceiptVerifier:
             f"a projection of run {self.run_id}",
             outcome_json,
         )
+
+    def expect(self, outcome_json: str) -> bool:
+        """Keep a receipt's digest under the sequence its text names, to be compared when
+        the pass gets there; False when it names none."""
+        match = _SEQUENCE.search(outcome_json)
+        if match is None:
+            return False
+        sequence = int(match.group(1))
+        digest = _digest(outcome_json)
+        known = self.waiting.setdefault(sequence, digest)
+        if known is not digest:
+            self.waiting[sequence] = (
+                (known, digest) if isinstance(known, bytes) else (*known, digest)
+            )
+        return True
 
     def observe(self, sequence: int, projection: Mapping[str, Any] | None) -> None:
         """The projection the chain produced at `sequence` (call it for each event, or
@@ -247,6 +263,123 @@ class ReceiptVerifier:
         return None
 
 
+class LocatedReceipts:
+    """Receipts streamed in sequence order, checked as the replay passes each sequence.
+
+    `rows` yields `(sequence, operation_id, outcome_json)` of the run's journal receipts
+    whose stored `operations.sequence` column locates them, ascending by that column.
+    Nothing is kept per receipt (memory stays flat in the run's length): at each event
+    the receipts naming its sequence must be, byte for byte, `JSON.stringify` of the
+    projection there. The column only locates: a receipt it places wrongly differs from
+    the projection it is compared with. Receipts it does not locate (a NULL column) and
+    rows of other shapes go through `ReceiptVerifier.add` as before.
+    """
+
+    def __init__(self, rows: Iterable[tuple[int, str, Any]]) -> None:
+        self._rows = iter(rows)
+        self._pending = next(self._rows, None)
+        self.fault: ReceiptProblem | None = None
+        # (operation_id, sequence its text names, text) of receipts stored at another
+        # sequence than their text names (never written so): the caller checks them with
+        # a `ReceiptVerifier` in a second pass
+        self.elsewhere: list[tuple[str, int, str]] = []
+
+    @property
+    def next_sequence(self) -> int | float:
+        """The sequence of the next receipt to check (infinity: none is left)."""
+        return math.inf if self._pending is None else self._pending[0]
+
+    def observe(self, sequence: int, projection: Document | None) -> int | float:
+        """Check the receipts located at or before `sequence` (call it, in chain order,
+        when `next_sequence <= sequence`); returns the new `next_sequence`."""
+        encoded: str | None = None
+        pending = self._pending
+        while pending is not None and pending[0] <= sequence:
+            located, operation_id, text = pending
+            if self.fault is None:
+                if located != sequence:  # before the first event: not on the chain
+                    self._misplaced(operation_id, located, text, None)
+                else:
+                    if encoded is None:
+                        encoded = _fast_stringify(projection)
+                    if text != encoded:
+                        problem = _located_difference(operation_id, sequence, projection, text)
+                        if problem is not None:
+                            self._misplaced(operation_id, sequence, text, problem)
+            pending = next(self._rows, None)
+        self._pending = pending
+        return math.inf if pending is None else pending[0]
+
+    def _misplaced(
+        self, operation_id: str, located: int, text: object, problem: ReceiptProblem | None
+    ) -> None:
+        """A receipt that is not the replay where it is stored: at fault, unless its text
+        names another sequence. The rule is "a projection the chain produced" at the
+        sequence it names, so that one decides (`elsewhere`)."""
+        claimed = claimed_sequence(text)
+        if claimed is not None and claimed != located:
+            self.elsewhere.append((operation_id, claimed, text))  # type: ignore[arg-type]
+        else:
+            self.fault = problem or _off_chain(operation_id, located)
+
+    def finish(self) -> ReceiptProblem | None:
+        """After the last event: the first fault, or a receipt located beyond the head
+        (then also see `elsewhere`)."""
+        while self.fault is None and self._pending is not None:
+            located, operation_id, text = self._pending
+            self._misplaced(operation_id, located, text, None)
+            self._pending = next(self._rows, None)
+        return self.fault
+
+
+def _fast_stringify(projection: Document | None) -> str | None:
+    """`JSON.stringify(projection)` by orjson where that is proven the same bytes, else
+    None (then the exact path decides). Every value of a projection is validated
+    (enumerations, sha256 hex, safe integers, strings) except the extra keys an approval
+    proof may carry; orjson writes such strings as JSON.stringify does (tested for every
+    code point) and raises on lone surrogates."""
+    if projection is None or _dumps is None:
+        return None
+    for binding in projection.get("deliveryBindings") or ():
+        proof = binding.get("approvalProof")
+        if proof is not None and len(proof) != 3:  # revision, contractHash, recordHash
+            return None
+    try:
+        return _dumps(projection).decode()
+    except (TypeError, ValueError):
+        return None
+
+
+def _located_difference(
+    operation_id: str, sequence: int, projection: Document | None, text: object
+) -> ReceiptProblem | None:
+    """None when the receipt is the projection after all (the exact path agrees)."""
+    if projection is None:
+        return _off_chain(operation_id, sequence)
+    try:
+        exact = js_stringify(projection)
+    except JsonValueError:
+        exact = None
+    if text == exact:
+        return None
+    if not isinstance(text, str):
+        return ReceiptProblem(
+            operation_id, RECEIPT_MISMATCH, "outcome_json", "a projection", text, sequence
+        )
+    return _difference(operation_id, sequence, projection, text)
+
+
+def _off_chain(operation_id: str, sequence: int) -> ReceiptProblem:
+    return ReceiptProblem(
+        operation_id,
+        RECEIPT_MISMATCH,
+        "outcome_json.sequence",
+        "a sequence on the chain",
+        sequence,
+        sequence,
+    )
+
+
 def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptProblem:
     """Which receipt naming `sequence` differs from `projection` (None: not on the chain),
     and where."""
@@ -257,7 +390,7 @@ def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptP
         except JsonValueError:
             pass
     for operation_id, kind, _, outcome_json, *_ in rows:
-        if kind not in JOURNAL_RECEIPT_KINDS or _claimed_sequence(outcome_json) != sequence:
+        if kind not in JOURNAL_RECEIPT_KINDS or claimed_sequence(outcome_json) != sequence:
             continue
         if projection is None:
             return ReceiptProblem(
@@ -322,10 +455,12 @@ def receipt_error(run_id: str, problem: ReceiptProblem) -> JournalIntegrityError
 __all__ = [
     "JOURNAL_RECEIPT_KINDS",
     "LEASE_KIND",
+    "LocatedReceipts",
     "OPERATION_COLUMNS",
     "OPERATION_STATES",
     "RECEIPT_MISMATCH",
     "ReceiptProblem",
+    "claimed_sequence",
     "ReceiptVerifier",
     "receipt_error",
 ]

@@ -281,13 +281,19 @@ class RepositoryCore:
         return stored_projection(row.outcome_json)
 
     @staticmethod
-    def _record(sql: Statements, run_id: str, operation_id: str, kind: str, outcome: str) -> None:
+    def _record(
+        sql: Statements, run_id: str, operation_id: str, kind: str, outcome: str, sequence: object
+    ) -> None:
+        """Upsert the committed receipt `outcome` (a projection's JSON; `sequence`: the
+        one it names, which locates the receipt for verification; not an integer, as in a
+        damaged stored projection: left unlocated, verification reads the text)."""
         sql.write(
             UPSERT_RECEIPT,
             run_id=run_id,
             operation_id=operation_id,
             kind=kind,
             outcome_json=outcome,
+            sequence=sequence if type(sequence) is int else None,
         )
 
     # -- the chain ---------------------------------------------------------------------

@@ -4,24 +4,27 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
 from ..journal import ChainVerifier, RunEvent, RunProjection
 from ..journal.documents import Document, event_payload, projection_of, stored_projection
-from ..journal.receipts import ReceiptVerifier, receipt_error
+from ..journal.receipts import LocatedReceipts, ReceiptVerifier, receipt_error
 from ..journal.validation import require_operation_id, require_run_id
 from ..journal.verification import MIRRORED_COLUMNS, stored_difference
 from ..journal.views import RunDetail, StoreCounts, check_run_listing
 from ..storage.failures import READ, coded
-from ..storage.rows import EventRow
+from ..storage.rows import EventRow, OperationOfRunRow
 from ..storage.run_statements import (
     BINDINGS_OF_RUN,
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_PAGE,
+    LOCATED_RECEIPTS_OF_RUN,
     OPERATIONS_OF_RUN,
     RUN_IDS,
+    UNLOCATED_OPERATIONS_OF_RUN,
     VERIFY_COLUMNS,
 )
 from . import queries
@@ -85,9 +88,16 @@ class RunReading(RepositoryCore):
         """The run's events in sequence order (`iter_events` streams them instead)."""
         return list(self.iter_events(run_id))
 
-    def _replay_chain(self, run_id: str, receipts: ReceiptVerifier | None = None) -> Document:
+    def _replay_chain(
+        self,
+        run_id: str,
+        receipts: ReceiptVerifier | None = None,
+        located: LocatedReceipts | None = None,
+    ) -> Document:
         verifier = ChainVerifier()
         waiting = {} if receipts is None else receipts.waiting
+        # the sequence of the next receipt streamed in chain order (inf: none)
+        following = math.inf if located is None else located.next_sequence
         latest = -1  # the latest recorded_at so far (-1: none yet)
         decreased_at = 0  # the first sequence whose recorded_at is below an earlier one
         before = after = 0  # that earlier time, and that sequence's
@@ -102,6 +112,8 @@ class RunReading(RepositoryCore):
                 recorded_at,
             ) in self.iter_event_rows(run_id):
                 feed(sequence, type_, payload_json, event_hash, prior_hash)
+                if following <= sequence:
+                    following = located.observe(sequence, verifier.projection)  # type: ignore[union-attr]
                 if sequence in waiting:
                     receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
                 if recorded_at is not None:
@@ -161,10 +173,18 @@ class RunReading(RepositoryCore):
         row = sql.one(VERIFY_COLUMNS, run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
+        # receipts are streamed in chain order beside the events (nothing kept per
+        # receipt); the few rows that stream does not prove are checked as they come
         receipts = ReceiptVerifier(run_id)
-        for operation in sql.stream(OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
+        for operation in sql.raw_stream(UNLOCATED_OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
             receipts.add(operation)
-        rebuilt = self._replay_chain(run_id, receipts)
+        stream = sql.raw_stream(LOCATED_RECEIPTS_OF_RUN, EVENT_BATCH, run_id=run_id)
+        try:
+            located = LocatedReceipts(stream)
+            rebuilt = self._replay_chain(run_id, receipts, located)
+            located_fault = located.finish()
+        finally:
+            stream.close()
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
         difference = stored_difference(
             rebuilt,
@@ -182,7 +202,19 @@ class RunReading(RepositoryCore):
                 expected=difference.expected,
                 actual=difference.actual,
             )
-        problem = receipts.result(lambda: sql.all(OPERATIONS_OF_RUN, run_id=run_id))
+
+        def operations() -> list[OperationOfRunRow]:
+            return sql.all(OPERATIONS_OF_RUN, run_id=run_id)
+
+        problem = receipts.problem or located_fault or receipts.result(operations)
+        if problem is None and located.elsewhere:
+            # receipts stored at another sequence than their text names (never written
+            # so): judged at the one they name, in a second pass
+            elsewhere = ReceiptVerifier(run_id)
+            for _, _, text in located.elsewhere:
+                elsewhere.expect(text)
+            self._replay_chain(run_id, elsewhere)
+            problem = elsewhere.result(operations)
         if problem is not None:
             raise receipt_error(run_id, problem)
         return projection_of(rebuilt)

@@ -186,7 +186,9 @@ class RunRepository(LeaseRules, RunReading):
                 # a finished design run gives its key up to a new run
                 sql.write(REKEY_RUN, run_id=existing_id, lookup_key=f"terminal:{existing_id}")
             else:
-                self._record(sql, existing_id, operation_id, START, existing_json)
+                self._record(
+                    sql, existing_id, operation_id, START, existing_json, document.get("sequence")
+                )
                 return projection_of(document)
 
         run_id = new_run_id()
@@ -219,7 +221,7 @@ class RunRepository(LeaseRules, RunReading):
         sql.write(INSERT_RUN, **first)
         sql.write(INSERT_EVENT, **first)
         note_appended()
-        self._record(sql, run_id, operation_id, START, projection_json)
+        self._record(sql, run_id, operation_id, START, projection_json, 1)
         return built_projection(created)
 
     @journal_write
@@ -252,7 +254,7 @@ class RunRepository(LeaseRules, RunReading):
             raise OperationConflictError("change-run-already-exists")
         sql.write(BIND_CHANGE, run_id=run_id, lookup_key=f"change:{change}", change_name=change)
         document, projection_json = self._append(sql, head, CHANGE_BOUND, {"change": change})
-        self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json)
+        self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json, document["sequence"])
         return built_projection(document)
 
     # -- delivery bindings -------------------------------------------------------------
@@ -288,7 +290,12 @@ class RunRepository(LeaseRules, RunReading):
             if existing != wanted:
                 raise OperationConflictError("delivery-revision-conflict")
             self._record(
-                sql, request.run_id, request.operation_id, DELIVERY_BOUND, head.projection_json
+                sql,
+                request.run_id,
+                request.operation_id,
+                DELIVERY_BOUND,
+                head.projection_json,
+                head.sequence,
             )
             return stored_projection(head.projection_json), False
         sql.write(
@@ -314,7 +321,14 @@ class RunRepository(LeaseRules, RunReading):
                 "recordHash": proof.record_hash,
             }
         document, projection_json = self._append(sql, head, DELIVERY_BOUND, payload)
-        self._record(sql, request.run_id, request.operation_id, DELIVERY_BOUND, projection_json)
+        self._record(
+            sql,
+            request.run_id,
+            request.operation_id,
+            DELIVERY_BOUND,
+            projection_json,
+            document["sequence"],
+        )
         return built_projection(document), True
 
     @journal_write
@@ -450,7 +464,7 @@ class RunRepository(LeaseRules, RunReading):
         head = self._require_head(sql, run_id, lock=True)
         payload = _transition_payload(head, to, checked_code)
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
-        self._record(sql, run_id, operation_id, TRANSITIONED, projection_json)
+        self._record(sql, run_id, operation_id, TRANSITIONED, projection_json, document["sequence"])
         return built_projection(document), True
 
 

@@ -49,6 +49,7 @@ def upsert_receipt(dialect_name: str) -> ClauseElement:
         kind=bindparam("kind"),
         state=literal(COMMITTED),
         outcome_json=bindparam("outcome_json"),
+        sequence=bindparam("sequence"),
     )
     return statement.on_conflict_do_update(
         index_elements=[operations.c.run_id, operations.c.operation_id],
@@ -57,6 +58,7 @@ def upsert_receipt(dialect_name: str) -> ClauseElement:
             "outcome_json": statement.excluded.outcome_json,
             "lease_token": None,
             "lease_expires_at": None,
+            "sequence": statement.excluded.sequence,
         },
     )
 
@@ -169,13 +171,14 @@ def append_recorded() -> ClauseElement:
         ),
     )
     recorded = insert(operations).from_select(
-        ["run_id", "operation_id", "kind", "state", "outcome_json"],
+        ["run_id", "operation_id", "kind", "state", "outcome_json", "sequence"],
         select(
             advanced.c.run_id,
             bindparam("operation_id", type_=operations.c.operation_id.type),
             bindparam("kind", type_=operations.c.kind.type),
             literal(COMMITTED, type_=operations.c.state.type),
             bindparam("projection_json", type_=operations.c.outcome_json.type),
+            bindparam("sequence", type_=operations.c.sequence.type),
         ),
     )
     return (
@@ -213,6 +216,6 @@ INSERT_RECEIPT: Final = Write(
     lambda _: operations.insert().values(
         # named apart from the run's `state`, bound by the same append
         state=bindparam("receipt_state", COMMITTED),
-        **bound("run_id", "operation_id", "kind", "outcome_json"),
+        **bound("run_id", "operation_id", "kind", "outcome_json", "sequence"),
     ),
 )

@@ -120,6 +120,8 @@ class OperationRow(Base):
         # cadence-store's own addition: start_run finds an operation id across runs
         # without scanning every receipt (cadence 1.x slowed down as runs accumulated).
         Index(None, "operation_id"),
+        # and (revision cs0005): verification streams a run's receipts in chain order
+        Index(None, "run_id", "sequence"),
         STRICT,
     )
 
@@ -133,6 +135,10 @@ class OperationRow(Base):
     # cadence-store's own addition: the number of the current or last grant of a lease
     # (grows with each grant; NULL for receipts)
     lease_fence: Mapped[int | None] = mapped_column(Int64)
+    # cadence-store's own addition (revision cs0005): the sequence a journal receipt's
+    # projection names (NULL for leases, and for receipts cadence 1.x wrote since);
+    # it only locates the receipt for verification, which compares its text
+    sequence: Mapped[int | None] = mapped_column(Int64)
 
 
 metadata: Final = Base.metadata

@@ -103,6 +103,12 @@ class OperationOfRunRow(NamedTuple):
     lease_fence: int | None
 
 
+class LocatedReceiptRow(NamedTuple):
+    sequence: int
+    operation_id: str
+    outcome_json: str | None
+
+
 class EventRow(NamedTuple):
     sequence: int
     type: str

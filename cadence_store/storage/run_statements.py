@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import bindparam, func, literal, literal_column, or_, select, update
 from sqlalchemy.sql import ClauseElement, Select
 
-from ..journal.vocabulary import INTERRUPTED, KIND_LEASE, RUNNING
+from ..journal.vocabulary import (
+    COMMITTED,
+    INTERRUPTED,
+    JOURNAL_RECEIPT_KIND_VALUES,
+    KIND_LEASE,
+    RUNNING,
+)
 from .append_statements import OPERATION_MATCH, RUN_MATCH, server_time_ms
 from .models import delivery_bindings, events, operations, runs
 from .rows import (
@@ -17,6 +23,7 @@ from .rows import (
     EventRow,
     HeadRow,
     KeyOwnerRow,
+    LocatedReceiptRow,
     LockedRow,
     LockedRunTimeRow,
     OperationOfRunRow,
@@ -46,6 +53,10 @@ _RUN_BY_KEY = (
     runs.c.lookup_key == bindparam("lookup_key"),
 )
 _LEASE_GRANT = ("lease_token", "lease_expires_at", "lease_fence")
+# the journal's receipt kinds written into the statement (a fixed vocabulary, no quotes)
+_RECEIPT_KINDS: Final[list[Any]] = [
+    literal_column(f"'{kind}'") for kind in sorted(JOURNAL_RECEIPT_KIND_VALUES)
+]
 _OPERATION_COLUMNS = (
     operations.c.kind,
     operations.c.state,
@@ -311,6 +322,42 @@ OPERATIONS_OF_RUN: Final = Query(
     lambda _: (
         select(operations.c.operation_id, *_OPERATION_COLUMNS)
         .where(operations.c.run_id == bindparam("run_id"))
+        .order_by(operations.c.operation_id)
+    ),
+    OperationOfRunRow,
+)
+# verify_integrity's two reads of them: the journal receipts in chain order (by the index
+# on run_id, sequence), compared as the replay passes their sequence...
+LOCATED_RECEIPTS_OF_RUN: Final = Query(
+    "located_receipts_of_run",
+    lambda _: (
+        select(operations.c.sequence, operations.c.operation_id, operations.c.outcome_json)
+        .where(
+            operations.c.run_id == bindparam("run_id"),
+            operations.c.sequence.is_not(None),
+            operations.c.kind.in_(_RECEIPT_KINDS),
+        )
+        .order_by(operations.c.sequence)
+    ),
+    LocatedReceiptRow,
+)
+# ...and every row that stream does not prove: leases, receipts without a sequence, rows
+# of any other shape (few; each is checked as before)
+UNLOCATED_OPERATIONS_OF_RUN: Final = Query(
+    "unlocated_operations_of_run",
+    lambda _: (
+        select(operations.c.operation_id, *_OPERATION_COLUMNS)
+        .where(
+            operations.c.run_id == bindparam("run_id"),
+            or_(
+                operations.c.sequence.is_(None),
+                operations.c.kind.not_in(_RECEIPT_KINDS),
+                operations.c.state != literal_column(f"'{COMMITTED}'"),
+                operations.c.lease_token.is_not(None),
+                operations.c.lease_expires_at.is_not(None),
+                operations.c.lease_fence.is_not(None),
+            ),
+        )
         .order_by(operations.c.operation_id)
     ),
     OperationOfRunRow,

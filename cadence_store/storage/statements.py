@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -220,13 +220,21 @@ class Statements:
     def stream(self, query: Query[Row], batch: int, **params: Any) -> Iterator[Row]:
         """Rows in batches of `batch`, never the whole result at once (a server-side
         cursor on PostgreSQL, whose client cursors would fetch everything)."""
+        row = query.row
+        for found in self.raw_stream(query, batch, **params):
+            yield row(*found)
+
+    def raw_stream(
+        self, query: Query[Row], batch: int, **params: Any
+    ) -> Generator[tuple[Any, ...]]:
+        """`stream` as the driver's plain tuples (see `raw_rows`); closing the generator
+        closes its cursor."""
         statement = _compiled(self._dialect, query, self._schema_map)
         args = statement.arguments(params)
-        row = query.row
         cursor = self.profile.streaming_cursor(self._raw, bool(self._dialect.is_async))
         try:
             cursor.execute(statement.text, args)
             while rows := cursor.fetchmany(batch):
-                yield from (row(*found) for found in rows)
+                yield from rows
         finally:
             cursor.close()

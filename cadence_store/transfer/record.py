@@ -28,8 +28,8 @@ from sqlalchemy import Integer, Table
 
 from ..errors import InvalidInputError, InvalidTransitionError, JournalIntegrityError
 from ..journal import ChainVerifier
+from ..journal.receipts import JOURNAL_RECEIPT_KINDS, ReceiptVerifier, claimed_sequence
 from ..journal.receipts import OPERATION_COLUMNS as OPERATION_CHECK_COLUMNS
-from ..journal.receipts import ReceiptVerifier
 from ..journal.validation import is_storable
 from ..journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from ..journal.verification import stored_difference
@@ -248,6 +248,16 @@ _TIMES: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+def _with_sequence(row: object) -> object:
+    """An operation row of an export made before receipt sequences (revision cs0005) gets
+    the sequence that revision gives existing rows: the one a journal receipt's text
+    names, none for a lease."""
+    if not isinstance(row, dict) or "sequence" in row:
+        return row
+    receipt = row.get("kind") in JOURNAL_RECEIPT_KINDS
+    return {**row, "sequence": claimed_sequence(row.get("outcome_json")) if receipt else None}
+
+
 def _with_times(row: object, key: str) -> object:
     """A row of an export made before timestamps (revision cs0003) gets NULL times, as
     that revision gives the rows it finds."""
@@ -277,7 +287,7 @@ def parse_record(text: str, line: int | None = None) -> Record:
         if not isinstance(items, list):
             raise invalid_record(line, f"{key} is not a list")
         if key == "operations":
-            items = [_with_fence(item) for item in items]
+            items = [_with_sequence(_with_fence(item)) for item in items]
         elif key == "events":
             items = [_with_times(item, key) for item in items]
         rows = [_check_row(item, TABLES[key], f"{key}[{i}]", line) for i, item in enumerate(items)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, func, select
+from support import adopted_operation
 
 from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError
 from cadence_store.errors import InvalidInputError, JournalIntegrityError
@@ -51,9 +52,7 @@ def test_export_then_import_reproduces_the_cadence_1x_store(
     assert len(records) == 8
     assert all(list(r) == ["run", "events", "operations", "deliveryBindings"] for r in records)
     manifest_ops = {
-        # cadence 1.x's columns, plus the fence the adoption gave each lease
-        (o["run_id"], o["operation_id"]): {**o, "lease_fence": 1 if o["kind"] == "lease" else None}
-        for o in manifest["operations"]
+        (o["run_id"], o["operation_id"]): adopted_operation(o) for o in manifest["operations"]
     }
     exported_ops = {(o["run_id"], o["operation_id"]): o for r in records for o in r["operations"]}
     assert exported_ops == manifest_ops  # every column, outcome_json verbatim

@@ -34,6 +34,7 @@ from integration.conftest_migrations import (
     upgrade_worker,
     version_rows,
 )
+from support import adopted_operation
 
 import cadence_store
 from cadence_store import MigrationError, RunStore, StoreFormatError
@@ -109,12 +110,10 @@ def test_cadence1x_store_adopts_through_every_entry_point(
 
     # Rows: receipts, bindings (v2 gains three NULL proof columns at the end), the journal.
     # cadence 1.x's operation rows, plus cadence-store's fence column: 1 for every lease
-    # (the grant made under cadence 1.x, running or finished), none for receipts
+    # (the grant made under cadence 1.x, running or finished), none for receipts; and its
+    # receipt sequence column (cs0005): the sequence a receipt's text names, none for leases
     assert table_rows(path, "operations", "run_id", "operation_id") == sorted(
-        (
-            {**row, "lease_fence": 1 if row["kind"] == "lease" else None}
-            for row in entry["operations"]
-        ),
+        (adopted_operation(row) for row in entry["operations"]),
         key=lambda row: (row["run_id"], row["operation_id"]),
     )
     after = entry["openResult"]["deliveryBindingsAfter"]

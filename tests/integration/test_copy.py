@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select, update
+from support import adopted_operation
 
 from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError, upgrade
 from cadence_store.errors import JournalIntegrityError
@@ -65,8 +66,7 @@ def assert_matches_manifest(url: str, manifest: dict[str, Any]) -> None:
     stored_ops = {(r[0], r[1]): r for r in rows(url)["operations"]}
     for operation in manifest["operations"]:
         key = (operation["run_id"], operation["operation_id"])
-        # cadence 1.x's columns, plus the fence the adoption gave each lease
-        adopted = {**operation, "lease_fence": 1 if operation["kind"] == "lease" else None}
+        adopted = adopted_operation(operation)
         assert stored_ops[key] == tuple(adopted[c.name] for c in operations.c), key
     assert len(stored_ops) == len(manifest["operations"])
 

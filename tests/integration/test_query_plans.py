@@ -16,7 +16,13 @@ from cadence_store import RunStore
 from cadence_store.journal.views import RunListing
 from cadence_store.repository.queries import listing_statement
 from cadence_store.storage.read_statements import OPERATION_ROWS_OF_RUN
-from cadence_store.storage.run_statements import EVENTS_OF_RUN, HEAD, RUN_BY_KEY, START_RECEIPTS
+from cadence_store.storage.run_statements import (
+    EVENTS_OF_RUN,
+    HEAD,
+    LOCATED_RECEIPTS_OF_RUN,
+    RUN_BY_KEY,
+    START_RECEIPTS,
+)
 from cadence_store.storage.statements import Statement, compile_statement
 
 ROOT = "ab" * 32
@@ -88,3 +94,12 @@ def test_read_side_lookups_use_their_keys(database_url: str) -> None:
     # a run's operations, in the primary key's (run_id, operation_id) order
     receipts = _plan_text(database_url, OPERATION_ROWS_OF_RUN)
     assert "pk_operations" in receipts or "sqlite_autoindex_operations_1" in receipts, receipts
+
+
+def test_verification_streams_receipts_in_chain_order_by_their_index(database_url: str) -> None:
+    """Issue 27: a run's receipts in sequence order come from the (run_id, sequence)
+    index, never a sort of all of them (which would grow with the run)."""
+    _store_with_runs(database_url, 300)
+    located = _plan_text(database_url, LOCATED_RECEIPTS_OF_RUN)
+    assert "ix_operations_run_id_sequence" in located, located
+    assert "TEMP B-TREE" not in located and '"Sort"' not in located, located

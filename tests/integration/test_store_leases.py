@@ -87,6 +87,7 @@ def test_acquire_creates_a_running_lease(store, clock, table_rows):
         "lease_token": lease.token,
         "lease_expires_at": lease.expires_at,
         "lease_fence": 1,
+        "sequence": None,  # a lease names no sequence of the chain
     }
     status = store.inspect_operation(run.run_id, "apply-1")
     assert status == OperationStatus(state="running", expires_at=lease.expires_at, fence=1)
@@ -210,6 +211,7 @@ def test_commit_lease_stores_and_returns_the_outcome(store, clock, rejected, tab
         "lease_token": None,
         "lease_expires_at": None,
         "lease_fence": 1,  # the last grant's, kept
+        "sequence": None,
     }
     status = store.inspect_operation(run.run_id, "apply-1")
     assert status.state == "committed"

@@ -98,6 +98,7 @@ def test_new_change_run_is_created_with_its_event_row_and_receipt(store, table_r
             "lease_token": None,
             "lease_expires_at": None,
             "lease_fence": None,
+            "sequence": 1,  # the sequence its projection names (revision cs0005)
         }
     ]
     assert table_rows("delivery_bindings") == []

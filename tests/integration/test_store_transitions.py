@@ -70,6 +70,7 @@ def test_transition_appends_event_and_records_receipt(store, table_rows):
         "lease_token": None,
         "lease_expires_at": None,
         "lease_fence": None,
+        "sequence": 2,  # the sequence its projection names (revision cs0005)
     }
 
 
