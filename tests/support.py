@@ -6,7 +6,13 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from cadence_store.storage.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import (
+    delivery_bindings,
+    events,
+    follower_positions,
+    operations,
+    runs,
+)
 from cadence_store.testing import (
     CLOCK_START_MS,
     FakeClock,
@@ -23,13 +29,14 @@ OWNED = {
     "events": events,
     "operations": operations,
     "delivery_bindings": delivery_bindings,
+    "follower_positions": follower_positions,
 }
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
 
 
 def table_snapshot(engine: Engine) -> Snapshot:
-    """Every row of the four owned tables, in primary-key order."""
+    """Every row of the owned tables, in primary-key order."""
     with engine.connect() as connection:
         taken = {
             name: [
