@@ -6,13 +6,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from cadence_store.schema import downgrade, head_revision
 from integration.conftest_migrations import ADOPTABLE, copy_fixture, sqlite_url, store_entry
 from sqlalchemy import create_engine, inspect, text
 from support import ROOT_HASH, FakeClock
 
 import cadence_store
 from cadence_store import RunStore
+from cadence_store.storage.schema import downgrade, head_revision
 
 
 @pytest.mark.parametrize("fixture", ADOPTABLE)
