@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 
 from ..errors import CadenceStoreError
 from ..journal.feed import FeedItem
-from ..store.following import FEED_BATCH, Stop, stop_check
+from ..store.following import FEED_BATCH, Stop, start_position, stop_check
 from ..store.run_store import RunStore
 
 T = TypeVar("T")
@@ -55,9 +55,7 @@ async def follow_async(
         close = getattr(items, "close", None)
         if close is not None:
             close()  # it only checked the arguments; read on the loop instead
-        position = after
-        if follower is not None:
-            position = max(position, await run(lambda: store.follower_position(follower)))
+        position = await run(lambda: start_position(store.runner, after, follower))
         async for item in _polled(store, position, run_id, poll_s, stopped, run):
             yield item
         return

@@ -191,12 +191,20 @@ def follow(
 ) -> Iterator[FeedItem]:
     """Checked arguments (at the call, not at the first `next`), then the items (see
     `RunStore.follow`)."""
-    position = require_feed_position(after)
-    if follower is not None:
-        position = max(position, runner.read(lambda runs: runs.follower_position(follower)))
+    position = start_position(runner, after, follower)
     if run_id is not None:
         require_run_id_text(run_id)
     return _follow(runner, position, run_id, require_poll_s(poll_s), stop_check(stop))
+
+
+def start_position(runner: Runner, after: int, follower: str | None) -> int:
+    """Where a follower starts: after `after`, or after `follower`'s recorded position
+    if that is later. Read on the primary: a standby (`read_bind`) may lag behind the
+    position that committed, and starting before it would hand the host items again."""
+    position = require_feed_position(after)
+    if follower is None:
+        return position
+    return max(position, runner.write(lambda runs: runs.follower_position(follower)))
 
 
 def _follow(
