@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -84,7 +85,7 @@ def require_poll_s(value: object) -> float:
     return float(value)
 
 
-class _Waker:
+class _Waker(ABC):
     """Wakes a follower when something may have committed (each engine its own way)."""
 
     def __init__(self, engine: Engine, poll_s: float, stopped: Callable[[], bool]) -> None:
@@ -93,12 +94,13 @@ class _Waker:
         self._stopped = stopped
         self._pooled: PoolProxiedConnection | None = None
 
+    @abstractmethod
     def arm(self) -> None:
         """Before a read: any commit from now on ends the next `wait`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def wait(self) -> None:
-        raise NotImplementedError
+        """Until a commit may have happened, `stop` is set, or it is time to read anyway."""
 
     def _driver(self) -> Any:
         if self._pooled is None:
