@@ -70,6 +70,7 @@ def _no_write(session: Session) -> None:
 
 Call = Callable[[Target], tuple[tuple[Any, ...], dict[str, Any]]]
 
+
 # Arguments of every public method, by name (the same name on every entry point).
 def _stopped_after_one_look() -> Callable[[], bool]:
     """A `follow(stop=)` that lets the follower read once, then ends it."""
