@@ -41,6 +41,7 @@ from .rows import FeedRow, FollowerPositionRow, FoundRow, LockedRow
 from .statements import Query, Write
 
 FEED_CHANNEL: Final = "cadence_store_feed"
+LISTEN_TO_FEED: Final = "LISTEN cadence_store_feed"  # the channel above, a fixed text
 # the numbering transactions' pg_advisory_xact_lock key: hashed like the store's other
 # advisory keys (`repository.core._advisory_key`), from a text no run key can be
 FEED_LOCK_KEY: Final = int.from_bytes(

@@ -33,7 +33,7 @@ from ..journal.feed import FeedItem, require_feed_position
 from ..journal.validation import require_run_id_text
 from ..repository.run_repository import RunRepository
 from ..storage.failures import READ, database_errors
-from ..storage.feed_statements import FEED_CHANNEL
+from ..storage.feed_statements import LISTEN_TO_FEED
 from .runner import Runner
 
 DEFAULT_POLL_S: Final = 0.02
@@ -135,7 +135,7 @@ class _ListeningWaker(_Waker):
         try:
             with database_errors(READ):
                 driver.autocommit = True
-                driver.execute(f"LISTEN {FEED_CHANNEL}")
+                driver.execute(LISTEN_TO_FEED)
         except CadenceStoreError:
             self.drop()
             raise
