@@ -28,6 +28,7 @@ from .journal import (
     RunEvent,
     RunProjection,
 )
+from .journal.feed import FeedItem
 from .journal.views import (
     BindingRecord,
     OperationRecord,
@@ -71,6 +72,7 @@ __all__ = [
     "BindingRecord",
     "CadenceStoreError",
     "DeliveryBinding",
+    "FeedItem",
     "InvalidInputError",
     "InvalidTransitionError",
     "JournalIntegrityError",

@@ -7,7 +7,13 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from cadence_store.storage.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import (
+    delivery_bindings,
+    events,
+    follower_positions,
+    operations,
+    runs,
+)
 from cadence_store.testing import (
     CLOCK_START_MS,
     FakeClock,
@@ -32,6 +38,7 @@ OWNED = {
     "events": events,
     "operations": operations,
     "delivery_bindings": delivery_bindings,
+    "follower_positions": follower_positions,
 }
 
 Snapshot = dict[str, list[tuple[Any, ...]]]
@@ -49,7 +56,7 @@ def adopted_operation(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def table_snapshot(engine: Engine) -> Snapshot:
-    """Every row of the four owned tables, in primary-key order."""
+    """Every row of the owned tables, in primary-key order."""
     with engine.connect() as connection:
         taken = {
             name: [

@@ -124,6 +124,9 @@ class AsyncRunRepository:
     list_runs = _awaitable(RunRepository.list_runs)
     run_detail = _awaitable(RunRepository.run_detail)
     counts = _awaitable(RunRepository.counts)
+    read_feed = _awaitable(RunRepository.read_feed)
+    follower_position = _awaitable(RunRepository.follower_position)
+    record_position = _awaitable(RunRepository.record_position)
 
 
 __all__ = ["AsyncRunRepository"]

@@ -30,6 +30,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from ..errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
 from ..journal import RunEvent
+from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
 from ..repository.run_repository import EVENT_BATCH, Clock
 from ..storage.engine import is_sqlite, missing_sqlite_file
@@ -38,12 +39,14 @@ from ..storage.schema import require_schema_name, schema_options, upgrade_comman
 from ..storage.shape import assert_store_ready
 from ..store import calls
 from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from ..store.following import DEFAULT_POLL_S, Stop
 from ..store.forwarding import as_method
 from ..store.run_store import RunStore
 from ..store.runner import busy_retry_delay
 from ..store.state_root import StateRoot
 from ..telemetry import instrument_forwarding
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
+from .following import follow_async
 from .unit_of_work import AsyncUnitOfWork
 
 P = ParamSpec("P")
@@ -327,6 +330,35 @@ class AsyncRunStore:
     list_runs = _proxy(RunStore.list_runs)
     run_detail = _proxy(RunStore.run_detail)
     counts = _proxy(RunStore.counts)
+
+    # -- the journal feed --------------------------------------------------------------------
+
+    read_feed = _proxy(RunStore.read_feed)
+    follower_position = _proxy(RunStore.follower_position)
+
+    async def follow(
+        self,
+        *,
+        after: int = 0,
+        run_id: str | None = None,
+        follower: str | None = None,
+        poll_s: float = DEFAULT_POLL_S,
+        stop: Stop = None,
+    ) -> AsyncIterator[FeedItem]:
+        """`RunStore.follow` as an async iterator (`async for`; see `following.py`):
+        leaving the loop (or cancelling it) stops the follower."""
+        store = await self._ready_store()
+        async for item in follow_async(
+            store,
+            after=after,
+            run_id=run_id,
+            follower=follower,
+            poll_s=poll_s,
+            stop=stop,
+            threaded=self._threaded,
+            run=self._off_the_loop,
+        ):
+            yield item
 
     async def iter_events(self, run_id: str) -> AsyncIterator[RunEvent]:
         """The run's events, streamed in batches from one snapshot (`async for`)."""

@@ -14,7 +14,7 @@ This package is a face over the public API: one module per command group, no tab
 models and no SQL (tests/cli/test_read_commands.py scans it).
 """
 
-from . import demo, inspect, lease, operate, transfer, verify  # the commands register
+from . import demo, follow, inspect, lease, operate, transfer, verify  # the commands register
 from .group import main
 
-__all__ = ["demo", "inspect", "lease", "main", "operate", "transfer", "verify"]
+__all__ = ["demo", "follow", "inspect", "lease", "main", "operate", "transfer", "verify"]

@@ -103,13 +103,14 @@ from .core import (
     journal_write,
     system_clock,
 )
+from .feed import RunFeed
 from .leases import LeaseRules, fenced
 from .reading import RunReading
 from .transaction import RunHead
 
 
 @instrument
-class RunRepository(LeaseRules, RunReading):
+class RunRepository(LeaseRules, RunReading, RunFeed):
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
 

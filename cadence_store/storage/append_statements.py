@@ -31,6 +31,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from ..journal.vocabulary import COMMITTED
+from .feed_statements import feed_position_on_insert
 from .models import events, operations, runs
 from .rows import AppendedRow
 from .statements import Query, Write, bound
@@ -159,7 +160,16 @@ def append_recorded() -> ClauseElement:
         .cte("advanced_run")
     )
     appended = insert(events).from_select(
-        ["run_id", "sequence", "type", "payload_json", "prior_hash", "event_hash", "recorded_at"],
+        [
+            "run_id",
+            "sequence",
+            "type",
+            "payload_json",
+            "prior_hash",
+            "event_hash",
+            "recorded_at",
+            "feed_position",
+        ],
         select(
             advanced.c.run_id,
             bindparam("sequence", type_=events.c.sequence.type),
@@ -168,6 +178,7 @@ def append_recorded() -> ClauseElement:
             bindparam("prior_hash", type_=events.c.prior_hash.type),
             bindparam("event_hash", type_=events.c.event_hash.type),
             advanced.c.updated_at,
+            feed_position_on_insert("postgresql"),  # INSERT_EVENT's value
         ),
     )
     recorded = insert(operations).from_select(
@@ -191,7 +202,7 @@ def append_recorded() -> ClauseElement:
 UPSERT_RECEIPT: Final = Write("upsert_receipt", upsert_receipt)
 INSERT_EVENT: Final = Write(
     "insert_event",
-    lambda _: events.insert().values(
+    lambda dialect_name: events.insert().values(
         run_id=bindparam("run_id"),
         sequence=bindparam("sequence"),
         type=bindparam("type"),
@@ -200,6 +211,8 @@ INSERT_EVENT: Final = Write(
         event_hash=bindparam("event_hash"),
         # written right after its run row: the time that row was stamped with
         recorded_at=run_updated_at(),
+        # its place in the journal feed (SQLite), or the NOTIFY (PostgreSQL)
+        feed_position=feed_position_on_insert(dialect_name),
     ),
 )
 INSERT_RUN: Final = Write("insert_run", insert_run)

@@ -97,6 +97,11 @@ class DialectProfile:
     streaming_cursor: Callable[[Any, bool], Any] = _plain_cursor
     # the write-ahead log is folded back into the file when the store closes
     checkpoints_wal: bool = False
+    # feed positions are given after commit, by readers (concurrent writers commit out of
+    # order); else each append numbers its event under the single writer's lock
+    feed_numbered_by_readers: bool = False
+    # followers are woken by LISTEN/NOTIFY (else they poll for a changed database)
+    notifies: bool = False
 
 
 SQLITE: Final = DialectProfile(
@@ -117,6 +122,8 @@ POSTGRESQL: Final = DialectProfile(
     one_statement_append=True,
     default_schema="public",
     streaming_cursor=_named_cursor,
+    feed_numbered_by_readers=True,
+    notifies=True,
 )
 _PROFILES: Final = {profile.name: profile for profile in (SQLITE, POSTGRESQL)}
 

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2.x declarative models of the four tables cadence-store owns.
+"""SQLAlchemy 2.x declarative models of the tables cadence-store owns.
 
 Column names, keys and foreign keys are cadence 1.x's exactly (a cadence 1.x store is
 adopted as is, and a fresh store stays readable by cadence 1.x). On SQLite the tables are
@@ -111,6 +111,10 @@ class EventRow(Base):
     # cadence-store's own addition (revision cs0003): when the event was appended, by the
     # store's clock; NULL for events cadence 1.x wrote. Never part of the event's hash.
     recorded_at: Mapped[int | None] = mapped_column(Int64)
+    # cadence-store's own addition (revision cs0004): the event's place in the journal
+    # feed (`RunStore.follow`); NULL on PostgreSQL until the event is numbered, after its
+    # transaction commits (`feed_statements`). Never part of the event's hash.
+    feed_position: Mapped[int | None] = mapped_column(Int64, index=True, unique=True)
 
 
 class OperationRow(Base):
@@ -141,11 +145,25 @@ class OperationRow(Base):
     sequence: Mapped[int | None] = mapped_column(Int64)
 
 
+class FollowerPositionRow(Base):
+    """cadence-store's own table (revision cs0004): the feed position each follower
+    applied last, written by `record_position` in the host's transaction."""
+
+    __tablename__ = "follower_positions"
+    __table_args__ = (STRICT,)
+
+    follower: Mapped[str] = mapped_column(Text, primary_key=True)
+    position: Mapped[int] = mapped_column(Int64)
+
+
 metadata: Final = Base.metadata
 # Core tables for the hot path (statements on the session's connection, no ORM state).
 runs: Final = cast(Table, Run.__table__)
 delivery_bindings: Final = cast(Table, DeliveryBindingRow.__table__)
 events: Final = cast(Table, EventRow.__table__)
 operations: Final = cast(Table, OperationRow.__table__)
+follower_positions: Final = cast(Table, FollowerPositionRow.__table__)
 
-OWNED_TABLES: Final = frozenset({"runs", "events", "operations", "delivery_bindings"})
+OWNED_TABLES: Final = frozenset(
+    {"runs", "events", "operations", "delivery_bindings", "follower_positions"}
+)

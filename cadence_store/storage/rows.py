@@ -157,3 +157,22 @@ class OperationDetailRow(NamedTuple):
 class RunTimesRow(NamedTuple):
     created_at: int | None
     updated_at: int | None
+
+
+class FoundRow(NamedTuple):
+    found: object  # a row exists (its value is of no interest)
+
+
+class FeedRow(NamedTuple):
+    position: int
+    run_id: str
+    sequence: int
+    type: str
+    payload_json: str
+    prior_hash: str
+    event_hash: str
+    recorded_at: int | None
+
+
+class FollowerPositionRow(NamedTuple):
+    position: int

@@ -28,6 +28,7 @@ from ..errors import (
     StoreFormatError,
 )
 from ..journal import OperationStatus, RunEvent
+from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
 from ..repository.run_repository import Clock, ExpiryNeeded, RunRepository
 from ..storage.engine import (
@@ -50,6 +51,7 @@ from ..telemetry import instrument
 from . import calls
 from .direct_write import lends_freely
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from .following import DEFAULT_POLL_S, Stop, follow, read_feed
 from .forwarding import as_method
 from .runner import Runner
 from .state_root import (
@@ -326,3 +328,30 @@ class RunStore:
         """The run's events, streamed in batches from one snapshot."""
         with self.runner.reading() as runs:
             yield from runs.iter_events(run_id)
+
+    # -- the journal feed (README "Following the journal", `following.py`) -----------------
+
+    follower_position = _reads(RunRepository.follower_position)
+
+    def read_feed(
+        self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
+    ) -> list[FeedItem]:
+        """Committed events with a position above `after`, in feed order (`limit` of them
+        at most; `run_id`: that run's only)."""
+        return read_feed(self.runner, after=after, limit=limit, run_id=run_id)
+
+    def follow(
+        self,
+        *,
+        after: int = 0,
+        run_id: str | None = None,
+        follower: str | None = None,
+        poll_s: float = DEFAULT_POLL_S,
+        stop: Stop = None,
+    ) -> Iterator[FeedItem]:
+        """Every committed event after `after` (or after `follower`'s recorded position,
+        if later), once, in feed order, then each new one as it commits, until `stop` (a
+        `threading.Event`, or a callable) is set. Arguments are checked at the call."""
+        return follow(
+            self.runner, after=after, run_id=run_id, follower=follower, poll_s=poll_s, stop=stop
+        )

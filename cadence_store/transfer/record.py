@@ -96,8 +96,13 @@ def row_order(key: str) -> Callable[[Row], tuple[Any, ...]]:
     return sort_key
 
 
+# a store's own columns, never exported: an event's place in this store's feed (the
+# store it is imported or copied into gives it a place in its own)
+STORE_LOCAL_COLUMNS: Final = frozenset({"feed_position"})
+
+
 def column_names(table: Table) -> tuple[str, ...]:
-    return tuple(column.name for column in table.c)
+    return tuple(column.name for column in table.c if column.name not in STORE_LOCAL_COLUMNS)
 
 
 RUN_COLUMNS: Final = column_names(runs)
@@ -215,7 +220,7 @@ def _check_row(value: object, table: Table, where: str, line: int | None) -> Row
         raise invalid_record(
             line, f"{where} columns differ (missing {missing}, unexpected {extra})"
         )
-    for column in table.c:
+    for column in (table.c[name] for name in columns):
         item = value[column.name]
         if item is None:
             if column.nullable and not column.primary_key:

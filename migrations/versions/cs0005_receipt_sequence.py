@@ -1,7 +1,7 @@
 """Where each receipt sits on its chain: `operations.sequence`, indexed with `run_id`.
 
 Revision ID: cs0005_receipt_sequence
-Revises: cs0003_timestamps
+Revises: cs0004_feed
 Create Date: 2026-12-02
 
 A journal receipt records the projection its call returned, which names the sequence of
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "cs0005_receipt_sequence"
-down_revision: str | Sequence[str] | None = "cs0003_timestamps"
+down_revision: str | Sequence[str] | None = "cs0004_feed"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

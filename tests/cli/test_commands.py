@@ -37,6 +37,7 @@ COMMANDS = [
     ["lease", "interrupt"],
     ["lease", "status"],
     ["demo"],
+    ["follow"],
 ]
 
 RECEIPT = "a" * 64

@@ -15,6 +15,7 @@ from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError
 from cadence_store.errors import InvalidInputError, JournalIntegrityError
 from cadence_store.storage.models import delivery_bindings, events, operations, runs
 from cadence_store.transfer import export_store, import_store
+from cadence_store.transfer.record import column_names
 
 RUN = "fec8a140-7996-4634-a993-25c77fa10153"
 
@@ -31,8 +32,12 @@ def table_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
+            # every column a copy carries (an event's feed position is each store's own)
             return {
-                table.name: sorted(tuple(row) for row in connection.execute(select(table)))
+                table.name: sorted(
+                    tuple(row)
+                    for row in connection.execute(select(*map(table.c.get, column_names(table))))
+                )
                 for table in (runs, events, operations, delivery_bindings)
             }
     finally:

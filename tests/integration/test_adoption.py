@@ -78,6 +78,13 @@ def _assert_runs_match_manifest(store: RunStore, entry: dict[str, Any]) -> None:
         assert verified.to_json() == _js_json(run["status"]), run["label"]
 
 
+def _rowids(path: Path, keys: list[str]) -> list[int]:
+    """The events' rowids, in the order `table_rows` sorts them (by `keys` as text)."""
+    with sqlite3.connect(path) as connection:
+        found = connection.execute(f"SELECT rowid, {', '.join(keys)} FROM events").fetchall()
+    return [row[0] for row in sorted(found, key=lambda row: tuple(str(v) for v in row[1:]))]
+
+
 def _legal_move(state: str) -> str:
     for target in LEGAL_TRANSITIONS[state]:
         if target not in TERMINAL_STATES and target not in ("paused", "approval-needed"):
@@ -103,7 +110,10 @@ def test_cadence1x_store_adopts_through_every_entry_point(
 
     # At head, stamped once, cadence 1.x's own marker gone, every cadence 1.x table kept.
     assert version_rows(path) == [head_revision()]
-    assert table_names(path) == set(entry["openResult"]["tablesAfter"]) | {VERSION_TABLE}
+    assert table_names(path) == set(entry["openResult"]["tablesAfter"]) | {
+        VERSION_TABLE,
+        "follower_positions",  # cadence-store's own (revision cs0004)
+    }
     assert "schema_meta" not in table_names(path)
     assert "alembic_version" not in table_names(path)
     assert not any(name.startswith("_alembic_tmp") for name in table_names(path))
@@ -132,7 +142,11 @@ def test_cadence1x_store_adopts_through_every_entry_point(
         if table == "schema_meta":
             continue
         keys = sorted(rows[0]) if rows else []
-        assert table_rows(path, table, *keys) == sorted(
+        stored = table_rows(path, table, *keys)
+        if table == "events":
+            # and their feed positions (revision cs0004): the order they were written in
+            assert [row.pop("feed_position") for row in stored] == _rowids(path, keys)
+        assert stored == sorted(
             ({**row, **dict.fromkeys(added.get(table, ()))} for row in rows),
             key=lambda row: tuple(str(row[key]) for key in keys),
         ), table

@@ -16,6 +16,7 @@ from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError
 from cadence_store.errors import JournalIntegrityError
 from cadence_store.storage.models import delivery_bindings, events, operations, runs
 from cadence_store.transfer import Progress, copy_store, export_store
+from cadence_store.transfer.record import column_names
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cadence-1x"
 RUN = "fec8a140-7996-4634-a993-25c77fa10153"
@@ -47,8 +48,12 @@ def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
+            # every column a copy carries (an event's feed position is each store's own)
             return {
-                table.name: sorted(tuple(row) for row in connection.execute(select(table)))
+                table.name: sorted(
+                    tuple(row)
+                    for row in connection.execute(select(*map(table.c.get, column_names(table))))
+                )
                 for table in (runs, events, operations, delivery_bindings)
             }
     finally:

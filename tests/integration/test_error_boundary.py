@@ -70,7 +70,14 @@ def _no_write(session: Session) -> None:
 
 Call = Callable[[Target], tuple[tuple[Any, ...], dict[str, Any]]]
 
+
 # Arguments of every public method, by name (the same name on every entry point).
+def _stopped_after_one_look() -> Callable[[], bool]:
+    """A `follow(stop=)` that lets the follower read once, then ends it."""
+    looks = iter((False,))
+    return lambda: next(looks, True)
+
+
 CALLS: dict[str, Call] = {
     "start_run": lambda t: (("abel-design",), {"operation_id": "walk-start", "provisional_key": B}),
     "bind_change": lambda t: ((t.run_id, "walk-change"), {"operation_id": "walk-change"}),
@@ -106,6 +113,13 @@ CALLS: dict[str, Call] = {
     "list_runs": lambda t: ((), {}),
     "run_detail": lambda t: ((t.run_id,), {}),
     "counts": lambda t: ((), {}),
+    # the journal feed (third round)
+    "read_feed": lambda t: ((), {}),
+    "follow": lambda t: ((), {"stop": _stopped_after_one_look()}),
+    "follower_position": lambda t: (("walker",), {}),
+    "record_position": lambda t: (("walker", 1), {}),
+    "feed_unnumbered": lambda t: ((), {}),
+    "number_feed": lambda t: ((), {}),
     "close": lambda t: ((), {}),
 }
 
@@ -124,6 +138,8 @@ READS = frozenset(
         "list_runs",
         "run_detail",
         "counts",
+        "follower_position",
+        "feed_unnumbered",
         "export_store",
         "verify_export",
     }
@@ -142,6 +158,7 @@ NOT_CALLED = {
 
 DAMAGES = {
     "owned-tables-dropped": [
+        "DROP TABLE follower_positions",
         "DROP TABLE delivery_bindings",
         "DROP TABLE operations",
         "DROP TABLE events",

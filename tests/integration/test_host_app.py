@@ -121,9 +121,9 @@ def _tables(engine: Engine) -> set[str]:
         return set(inspect(connection).get_table_names())
 
 
-def test_owned_tables_are_the_four() -> None:
+def test_owned_tables_are_the_five() -> None:
     assert (
-        frozenset({"runs", "events", "operations", "delivery_bindings"})
+        frozenset({"runs", "events", "operations", "delivery_bindings", "follower_positions"})
         == cadence_store.OWNED_TABLES
     )
     assert frozenset(OWNED) == cadence_store.OWNED_TABLES

@@ -72,7 +72,7 @@ def test_downgrade_drops_the_column_and_upgrade_fills_it_again(tmp_path: Path) -
         run = store.start_run("abel-implement", change="after-upgrade", operation_id="new-1")
         store.transition(run.run_id, "validating-delivery", operation_id="new-2")
     located = query(path, "SELECT operation_id, sequence FROM operations ORDER BY operation_id")
-    assert downgrade(url, "cs0003_timestamps") == "cs0003_timestamps"
+    assert downgrade(url, "cs0004_feed") == "cs0004_feed"
     assert "sequence" not in query(path, "SELECT * FROM operations")[0]
     assert cadence_store.upgrade(url) == head_revision()
     again = query(path, "SELECT operation_id, sequence FROM operations ORDER BY operation_id")

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from cadence_store.journal.views import RunListing
-from cadence_store.storage import append_statements, read_statements, run_statements
+from cadence_store.storage import (
+    append_statements,
+    feed_statements,
+    read_statements,
+    run_statements,
+)
 from cadence_store.storage.read_statements import listing_statement
 from cadence_store.storage.rows import OperationRow, with_server_time
 from cadence_store.storage.statements import Query, Statement, Write
@@ -70,7 +75,7 @@ def test_the_scan_finds_positional_indexing(tmp_path: Path) -> None:
 
 def _statements() -> dict[str, Statement]:
     found = {}
-    for module in (run_statements, append_statements, read_statements):
+    for module in (run_statements, append_statements, read_statements, feed_statements):
         for name, value in vars(module).items():
             if isinstance(value, (Query, Write)):
                 found[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = value
