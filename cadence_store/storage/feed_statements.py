@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
-from .models import events, follower_positions
+from .models import EVENT_COLUMNS, events, follower_positions
 from .rows import FeedRow, FollowerPositionRow, FoundRow, LockedRow
 from .statements import Query, Write
 
@@ -111,16 +111,9 @@ def _number_unnumbered() -> ClauseElement:
 
 
 def _feed_page(*, of_run: bool) -> Select[Any]:
-    page = select(
-        events.c.feed_position,
-        events.c.run_id,
-        events.c.sequence,
-        events.c.type,
-        events.c.payload_json,
-        events.c.prior_hash,
-        events.c.event_hash,
-        events.c.recorded_at,
-    ).where(events.c.feed_position > bindparam("after"))
+    page = select(events.c.feed_position, events.c.run_id, *EVENT_COLUMNS).where(
+        events.c.feed_position > bindparam("after")
+    )
     if of_run:
         page = page.where(events.c.run_id == bindparam("run_id"))
     return page.order_by(events.c.feed_position).limit(bindparam("limit"))

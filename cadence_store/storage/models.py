@@ -163,6 +163,15 @@ delivery_bindings: Final = cast(Table, DeliveryBindingRow.__table__)
 events: Final = cast(Table, EventRow.__table__)
 operations: Final = cast(Table, OperationRow.__table__)
 follower_positions: Final = cast(Table, FollowerPositionRow.__table__)
+# an event as it is read back (a chain's replay, the feed): `rows.EventRow`'s columns
+EVENT_COLUMNS: Final = (
+    events.c.sequence,
+    events.c.type,
+    events.c.payload_json,
+    events.c.prior_hash,
+    events.c.event_hash,
+    events.c.recorded_at,
+)
 
 OWNED_TABLES: Final = frozenset(
     {"runs", "events", "operations", "delivery_bindings", "follower_positions"}

@@ -16,7 +16,7 @@ from ..journal.vocabulary import (
     RUNNING,
 )
 from .append_statements import OPERATION_MATCH, RUN_MATCH, server_time_ms
-from .models import delivery_bindings, events, operations, runs
+from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
     BindingOfRunRow,
     BindingReceiptRow,
@@ -81,14 +81,7 @@ def _timed(locked: ClauseElement) -> ClauseElement:
 # A run's events in order (streamed in batches, see `Statements.stream`).
 def _events_of_run() -> Select[Any]:
     return (
-        select(
-            events.c.sequence,
-            events.c.type,
-            events.c.payload_json,
-            events.c.prior_hash,
-            events.c.event_hash,
-            events.c.recorded_at,
-        )
+        select(*EVENT_COLUMNS)
         .where(events.c.run_id == bindparam("run_id"))
         .order_by(events.c.sequence)
     )

@@ -50,7 +50,8 @@ Stop = threading.Event | Callable[[], bool] | None
 def read_feed(
     runner: Runner, *, after: int = 0, limit: int | None = None, run_id: str | None = None
 ) -> list[FeedItem]:
-    """Committed events after position `after`, in feed order (see `RunStore.read_feed`).
+    """Committed events with a position above `after`, in feed order (`limit` of them
+    at most; `run_id`: that run's only).
 
     PostgreSQL: in a write transaction of its own (the fast path, committed at once),
     which numbers what committed since the last reader did. SQLite: in a read snapshot
@@ -192,8 +193,9 @@ def follow(
     poll_s: float = DEFAULT_POLL_S,
     stop: Stop = None,
 ) -> Iterator[FeedItem]:
-    """Checked arguments (at the call, not at the first `next`), then the items (see
-    `RunStore.follow`)."""
+    """Every committed event after `after` (or after `follower`'s recorded position,
+    if later), once, in feed order, then each new one as it commits, until `stop` (a
+    `threading.Event`, or a callable) is set. Arguments are checked at the call."""
     position = start_position(runner, after, follower)
     if run_id is not None:
         require_run_id_text(run_id)

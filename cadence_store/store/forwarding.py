@@ -12,14 +12,23 @@ from collections.abc import Callable
 from typing import Any
 
 
-def as_method(call: Callable[..., Any], model: Callable[..., Any], owner: str) -> None:
+def as_method(
+    call: Callable[..., Any],
+    model: Callable[..., Any],
+    owner: str,
+    *,
+    replacing_first: bool = False,
+) -> None:
     """Name, document and sign `call` as `owner`'s method made from `model` (a method,
-    or a function to which the method adds `self`)."""
+    or a function to which the method adds `self`, or whose first parameter `self`
+    replaces)."""
     call.__name__ = model.__name__
     call.__qualname__ = f"{owner}.{model.__name__}"
     call.__doc__ = model.__doc__
     signature = inspect.signature(model)
     parameters = list(signature.parameters.values())
+    if replacing_first:
+        parameters = parameters[1:]
     if not parameters or parameters[0].name != "self":
         parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY), *parameters]
     call.__signature__ = signature.replace(  # type: ignore[attr-defined]

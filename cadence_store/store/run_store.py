@@ -28,7 +28,6 @@ from ..errors import (
     StoreFormatError,
 )
 from ..journal import OperationStatus, RunEvent
-from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
 from ..repository.run_repository import Clock, ExpiryNeeded, RunRepository
 from ..storage.engine import (
@@ -51,7 +50,7 @@ from ..telemetry import instrument
 from . import calls
 from .direct_write import lends_freely
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from .following import DEFAULT_POLL_S, Stop, follow, read_feed
+from .following import follow, read_feed
 from .forwarding import as_method
 from .runner import Runner
 from .state_root import (
@@ -89,6 +88,18 @@ def _hosts(describe: Callable[P, calls.HostCall[R]]) -> Callable[Concatenate[Run
         return self.runner.write(described.work, described.rerun, host_code=True)
 
     as_method(call, describe, "RunStore")
+    return call
+
+
+def _on_runner(
+    function: Callable[Concatenate[Runner, P], R],
+) -> Callable[Concatenate[RunStore, P], R]:
+    """A store call written over the store's runner (the feed's, `following.py`)."""
+
+    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return function(self.runner, *args, **kwargs)
+
+    as_method(call, function, "RunStore", replacing_first=True)
     return call
 
 
@@ -333,25 +344,5 @@ class RunStore:
 
     follower_position = _reads(RunRepository.follower_position)
 
-    def read_feed(
-        self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
-    ) -> list[FeedItem]:
-        """Committed events with a position above `after`, in feed order (`limit` of them
-        at most; `run_id`: that run's only)."""
-        return read_feed(self.runner, after=after, limit=limit, run_id=run_id)
-
-    def follow(
-        self,
-        *,
-        after: int = 0,
-        run_id: str | None = None,
-        follower: str | None = None,
-        poll_s: float = DEFAULT_POLL_S,
-        stop: Stop = None,
-    ) -> Iterator[FeedItem]:
-        """Every committed event after `after` (or after `follower`'s recorded position,
-        if later), once, in feed order, then each new one as it commits, until `stop` (a
-        `threading.Event`, or a callable) is set. Arguments are checked at the call."""
-        return follow(
-            self.runner, after=after, run_id=run_id, follower=follower, poll_s=poll_s, stop=stop
-        )
+    read_feed = _on_runner(read_feed)
+    follow = _on_runner(follow)

@@ -349,26 +349,19 @@ def check_record(record: Record, line: int | None = None) -> RunCheck:
                 row["event_hash"],
                 row["prior_hash"],
             )
-        except JournalIntegrityError as error:
-            if error.field is None:  # the event links, but does not apply
+        except (JournalIntegrityError, InvalidTransitionError) as error:
+            if isinstance(error, JournalIntegrityError) and error.field is not None:
                 return _failure(
                     record,
                     line,
                     error.code,
-                    sequence=verifier.count + 1,
-                    message=f"{row['type']} event",
+                    sequence=error.sequence,
+                    field=None if error.field == "payload" else error.field,
+                    expected=error.expected,
+                    stored=error.actual,
+                    message=error.detail,
                 )
-            return _failure(
-                record,
-                line,
-                error.code,
-                sequence=error.sequence,
-                field=None if error.field == "payload" else error.field,
-                expected=error.expected,
-                stored=error.actual,
-                message=error.detail,
-            )
-        except InvalidTransitionError as error:
+            # the event links, but does not apply
             return _failure(
                 record,
                 line,
