@@ -58,6 +58,9 @@ _ADVANCE_SQL = (
     " WHERE run_id = ? AND sequence = ? AND event_hash = ?"
     " AND NOT EXISTS (SELECT * FROM operations WHERE run_id = ? AND operation_id = ?)"
 )
+_ADVANCE_KNOWN_SQL = _ADVANCE_SQL.replace(
+    " AND NOT EXISTS", " AND projection_json = ? AND NOT EXISTS"
+)
 _EVENT_SQL = (
     "INSERT INTO events (run_id, sequence, type, payload_json, prior_hash, event_hash,"
     " recorded_at) VALUES (?, ?, 'state-transitioned', ?, ?, ?,"
@@ -79,39 +82,68 @@ def _connect_sqlite(path: str) -> sqlite3.Connection:
 
 
 class SqliteFloor:
-    """The store's statements on SQLite, hand-written."""
+    """The store's statements on SQLite, hand-written.
 
-    def __init__(self, path: str) -> None:
+    `remember_heads`: like `RunStore`, keep the head each commit left a run at and skip
+    the head's SELECT next time, the UPDATE's compare-and-set also naming the stored
+    projection (a head that moved is read again)."""
+
+    def __init__(self, path: str, *, remember_heads: bool = False) -> None:
         self.db = _connect_sqlite(path)
+        self._heads: dict[str, tuple[str, int, str, dict[str, Any]]] | None = (
+            {} if remember_heads else None
+        )
 
     def transition(self, run_id: str, operation_id: str, to: str, code: str) -> None:
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
-            _, _, _, projection_json, head_sequence, head_hash = db.execute(
-                _HEAD_SQL, (run_id,)
-            ).fetchone()
-            sequence, payload, prior, digest, projection = _event(
-                run_id, json.loads(projection_json), to, code
-            )
-            outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
-            now = time.time_ns() // 1_000_000
-            advanced = db.execute(
-                _ADVANCE_SQL,
-                (to, sequence, digest, outcome, now, now, run_id, head_sequence, head_hash)
-                + (run_id, operation_id),
-            ).rowcount
-            if advanced == 1:
-                db.execute(
-                    _EVENT_SQL,
-                    (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior)
-                    + (digest, run_id),
-                )
-                db.execute(_RECEIPT_SQL, (run_id, operation_id, outcome))
+            known = None if self._heads is None else self._heads.pop(run_id, None)
+            if known is None or not self._advance(run_id, operation_id, to, code, known):
+                _, _, _, projection_json, sequence, event_hash = db.execute(
+                    _HEAD_SQL, (run_id,)
+                ).fetchone()
+                head = (projection_json, sequence, event_hash, json.loads(projection_json))
+                self._advance(run_id, operation_id, to, code, head, read=True)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
+            if self._heads is not None:
+                self._heads.clear()
             raise
+
+    def _advance(
+        self,
+        run_id: str,
+        operation_id: str,
+        to: str,
+        code: str,
+        head: tuple[str, int, str, dict[str, Any]],
+        *,
+        read: bool = False,
+    ) -> bool:
+        projection_json, head_sequence, head_hash, document = head
+        sequence, payload, prior, digest, projection = _event(run_id, document, to, code)
+        outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
+        now = time.time_ns() // 1_000_000
+        arguments = (to, sequence, digest, outcome, now, now, run_id, head_sequence, head_hash)
+        if read:
+            advanced = self.db.execute(_ADVANCE_SQL, (*arguments, run_id, operation_id))
+        else:
+            advanced = self.db.execute(
+                _ADVANCE_KNOWN_SQL, (*arguments, projection_json, run_id, operation_id)
+            )
+        if advanced.rowcount != 1:
+            return False
+        self.db.execute(
+            _EVENT_SQL,
+            (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior)
+            + (digest, run_id),
+        )
+        self.db.execute(_RECEIPT_SQL, (run_id, operation_id, outcome))
+        if self._heads is not None:
+            self._heads[run_id] = (outcome, sequence, digest, projection)
+        return True
 
     def close(self) -> None:
         self.db.close()
