@@ -633,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
                     " RunStore.open and Engine, write+fsync ...",
                     flush=True,
                 )
-                gap = bench_sqlite_gap(workdir, rounds=10 if quick else 40, per_round=50)
+                gap = bench_sqlite_gap(workdir, rounds=400 if quick else 1500, per_round=1)
                 section["side_by_side"] = gap
                 section["transition"] = {
                     "store_ms": gap["median_ms"]["store_url"],

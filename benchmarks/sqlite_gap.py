@@ -1,8 +1,10 @@
 """The SQLite side by side: `python -m benchmarks.sqlite_gap [--rounds N] [--per-round N]`.
 
 One durable transition (WAL, `synchronous=FULL`), each system on its own database file in
-the same directory, all in one process, interleaved in a fresh random order every round
-(`common.interleave`), medians:
+the same directory, all in one process, interleaved call by call in a fresh random order
+every round (`common.interleave` with `per_round=1`: this disk's fsync switches between
+about 0.1 and 2-4 ms for seconds at a time, and blocks of calls would each land on one
+mode), medians:
 
 - `floor`: the store's statements hand-written on sqlite3 (`floor.SqliteFloor`), which
   like the store remembers the head its last commit left and skips the head's SELECT;
@@ -247,8 +249,8 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sqlite_gap")
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--per-round", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=1500)
+    parser.add_argument("--per-round", type=int, default=1)
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cadence-gap-") as workdir:
