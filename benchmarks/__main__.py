@@ -113,7 +113,7 @@ def bench_fenced_transition(engine: Engine, rounds: int, per_round: int) -> dict
     (no `clock=`, folded into the operation row's locking SELECT) against the caller's
     clock (an explicit `clock=`), interleaved."""
     from cadence_store import RunStore
-    from cadence_store.repository import system_clock
+    from cadence_store.repository.run_repository import system_clock
 
     from .common import ROOT_HASH
 

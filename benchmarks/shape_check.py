@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy
 
 from cadence_store import RunStore, upgrade
-from cadence_store.shape import shape_differences
+from cadence_store.storage.shape import shape_differences
 
 from .common import ROOT_HASH, Engine, postgres_server
 

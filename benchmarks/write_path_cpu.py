@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cadence_store.engine as store_engine
-from cadence_store.repository import RunRepository
-from cadence_store.sql import Statements
-from cadence_store.transaction import JournalTransaction
+import cadence_store.storage.engine as store_engine
+from cadence_store.repository.run_repository import RunRepository
+from cadence_store.repository.transaction import JournalTransaction
+from cadence_store.storage.statements import Statements
 
 from .common import open_store, paused_run
 from .floor import SqliteFloor

@@ -2,7 +2,6 @@
 
 from typing import TYPE_CHECKING, Any
 
-from .engine import configure_engine
 from .errors import (
     CadenceStoreError,
     HostWriteError,
@@ -36,13 +35,14 @@ from .journal.views import (
     StoreCounts,
     TimelineEntry,
 )
-from .models import OWNED_TABLES
-from .repository import RunRepository
-from .schema import host_include_object, upgrade
-from .state_root import StateRoot, prepare_state_root, resolve_state_root
-from .store import RunStore
+from .repository.run_repository import RunRepository
+from .storage.engine import configure_engine
+from .storage.models import OWNED_TABLES
+from .storage.schema import host_include_object, upgrade
+from .store.run_store import RunStore
+from .store.state_root import StateRoot, prepare_state_root, resolve_state_root
+from .store.unit_of_work import UnitOfWork
 from .transfer import copy_store, export_store, import_store, verify_export
-from .unit_of_work import UnitOfWork
 
 if TYPE_CHECKING:
     from .async_store import AsyncRunRepository, AsyncRunStore, upgrade_async

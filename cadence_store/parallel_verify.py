@@ -28,14 +28,14 @@ from typing import Any, Final
 
 from sqlalchemy import Engine
 
-from .engine import create_store_engine
 from .errors import (
     CadenceStoreError,
     InvalidInputError,
     JournalIntegrityError,
     StoreUnavailableError,
 )
-from .store import RunStore
+from .storage.engine import create_store_engine
+from .store.run_store import RunStore
 from .transfer import RunCheck, check_record, read_record
 
 __all__ = ["diagnose_run", "verify_runs"]

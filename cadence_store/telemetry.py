@@ -84,12 +84,9 @@ class _Otel:
         from opentelemetry import metrics, trace
         from opentelemetry.trace import Status, StatusCode
 
-        # Providers named by environment variables are loaded by the first get_*_provider()
-        # call: make that call now, so that the globals `idle` reads are set.
-        trace.get_tracer_provider()
-        metrics.get_meter_provider()
         self._trace_module = trace
-        self._metrics_module = getattr(metrics, "_internal", None)
+        self._metrics_module = metrics
+        self._configured = False  # a provider was seen (set once, it is never unset)
         self.trace = trace
         self.tracer = trace.get_tracer(NAME)
         meter = metrics.get_meter(NAME)
@@ -106,17 +103,27 @@ class _Otel:
         self._error = StatusCode.ERROR
 
     def idle(self) -> bool:
-        """No tracer or meter provider set up (the API's stand-ins answer): nothing would
-        be recorded, so a call skips its span and measurements. Read from the API's
-        globals (two attribute reads): its public getters look at the environment on
-        every call, which cost more than the rest of the check (measured)."""
-        return (
-            getattr(self._trace_module, "_TRACER_PROVIDER", False) is None
-            and getattr(self._metrics_module, "_METER_PROVIDER", False) is None
+        """No tracer or meter provider set up (the API's own stand-ins answer): nothing
+        would be recorded, so a call skips its span and measurements. A provider is set
+        once for the process's life, so once one is seen the check is one attribute read."""
+        if self._configured:
+            return False
+        tracer_provider = self._trace_module.get_tracer_provider()
+        meter_provider = self._metrics_module.get_meter_provider()
+        # the API package's providers (its proxies and no-ops) record nothing
+        self._configured = not (
+            _from_the_api(tracer_provider, "opentelemetry.trace")
+            and _from_the_api(meter_provider, "opentelemetry.metrics")
         )
+        return not self._configured
 
     def error_status(self, code: str) -> Any:
         return self._status(self._error, code)
+
+
+def _from_the_api(provider: object, package: str) -> bool:
+    module = type(provider).__module__
+    return module == package or module.startswith(package + ".")
 
 
 _otel: _Otel | None = None

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from .async_store.store import AsyncRunStore
-    from .store import RunStore
+    from .store.run_store import RunStore
 
 URL_OPTION: Final = "--cadence-store-url"
 URL_ENVIRONMENT: Final = "CADENCE_STORE_TEST_URL"
@@ -141,7 +141,7 @@ def cadence_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
     there and dropped after the test. The owned tables (``runs``, ``events``,
     ``operations``, ``delivery_bindings``) have their plain names, for raw SQL.
     """
-    from .schema import upgrade
+    from .storage.schema import upgrade
 
     server = _server_url(request.config)
     if server is None:
@@ -164,7 +164,7 @@ def cadence_store_clock() -> FakeClock:
 def cadence_store(cadence_store_url: str, cadence_store_clock: FakeClock) -> Iterator[RunStore]:
     """A ``RunStore`` on ``cadence_store_url`` with a root hash (runs can be started) and
     ``cadence_store_clock`` as its clock; closed after the test."""
-    from .store import RunStore
+    from .store.run_store import RunStore
 
     store = RunStore(cadence_store_url, root_hash=TEST_ROOT_HASH, clock=cadence_store_clock)
     try:

@@ -6,7 +6,7 @@
   does) is used as is: its owner holds the transaction and the lock; a cadence 1.x store
   on it is still recognised and stamped before the migrations run.
 - A plain `alembic upgrade head` (URL from `-x url=...`, `CADENCE_STORE_URL` or
-  `sqlalchemy.url`) gets the same treatment through `cadence_store.schema`: one
+  `sqlalchemy.url`) gets the same treatment through `cadence_store.storage.schema`: one
   transaction, adoption of cadence 1.x stores, and an engine that is disposed afterwards
   because this file created it.
 - Logging is configured only when alembic's own command line runs with an ini file, never
@@ -20,9 +20,9 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from cadence_store import models
-from cadence_store.engine import create_store_engine
-from cadence_store.schema import (
+from cadence_store.storage import models
+from cadence_store.storage.engine import create_store_engine
+from cadence_store.storage.schema import (
     VERSION_TABLE,
     adopt_if_needed,
     comparison_filter,

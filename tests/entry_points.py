@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 
 from cadence_store import AsyncRunStore, RunRepository, RunStore
-from cadence_store.repository import Clock
+from cadence_store.repository.run_repository import Clock
 
 
 def _public_methods(cls: type) -> set[str]:

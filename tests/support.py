@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import delivery_bindings, events, operations, runs
 from cadence_store.testing import (
     CLOCK_START_MS,
     FakeClock,

@@ -4,7 +4,8 @@
 One implementation of the rules: every call drives the synchronous `RunRepository` on an
 `AsyncConnection` / `AsyncSession` through SQLAlchemy's `run_sync` (greenlet). Inside it the
 async drivers' adapted connections (aiosqlite, psycopg's async mode) look like DB-API
-connections, so the compiled hot path (`sql.py`) runs unchanged and the event loop is never
+connections, so the compiled hot path (`storage/statements.py`) runs unchanged and the event loop is
+never
 blocked: each driver round trip is awaited underneath. What is async-specific here is only
 the orchestration: connections, transactions, the `write=` callbacks (which may be
 coroutine functions) and PostgreSQL's whole-transaction retries, which wait with

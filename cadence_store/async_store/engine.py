@@ -8,8 +8,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ..engine import parse_url, store_engine_arguments, use_store_pragmas
 from ..errors import InvalidInputError
+from ..storage.engine import parse_url, store_engine_arguments, use_store_pragmas
 
 # A synchronous driver's URL names the async driver of the same database.
 _ASYNC_DRIVERS = {

@@ -7,9 +7,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from ..failures import WRITE, database_errors
 from ..journal.values import BindDelivery
-from ..repository import Clock, RunRepository
+from ..repository.run_repository import Clock, RunRepository
+from ..storage.failures import WRITE, database_errors
 from ..telemetry import instrument_forwarding
 
 P = ParamSpec("P")

@@ -6,7 +6,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from ..schema import upgrade
+from ..storage.schema import upgrade
 from .engine import create_async_store_engine
 
 

@@ -12,7 +12,7 @@ call (the same runner, retries, failover re-runs, `read_bind` and `schema=`), ru
 
 Calls with host code (`unit_of_work()`, the `*_atomically` methods, whose `write` may be
 a coroutine function) run in an `AsyncUnitOfWork` on the async engine, from the call
-descriptions `RunStore` uses (`calls.py`), with the same retries and failover re-runs.
+descriptions `RunStore` uses (`store/calls.py`), with the same retries and failover re-runs.
 """
 
 from __future__ import annotations
@@ -21,27 +21,26 @@ import asyncio
 import functools
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.util import greenlet_spawn
 
-from .. import calls
-from ..engine import is_sqlite, missing_sqlite_file
 from ..errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
-from ..failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from ..failures import READ, database_errors
-from ..journal import OperationLease, RunEvent, RunProjection
+from ..journal import RunEvent
 from ..journal.validation import require_clock, require_root_hash
-from ..journal.values import ApprovalProof, BindDelivery
-from ..repository import EVENT_BATCH, Clock
-from ..runner import busy_retry_delay
-from ..schema import require_schema_name, schema_options, upgrade_command
-from ..shape import assert_store_ready
-from ..state_root import StateRoot
-from ..store import RunStore
+from ..repository.run_repository import EVENT_BATCH, Clock
+from ..storage.engine import is_sqlite, missing_sqlite_file
+from ..storage.failures import READ, database_errors
+from ..storage.schema import require_schema_name, schema_options, upgrade_command
+from ..storage.shape import assert_store_ready
+from ..store import calls
+from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from ..store.run_store import RunStore
+from ..store.runner import busy_retry_delay
+from ..store.state_root import StateRoot
 from ..telemetry import instrument_forwarding
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .unit_of_work import AsyncUnitOfWork
@@ -71,6 +70,21 @@ def _proxy(
     call.__name__ = method.__name__
     call.__qualname__ = f"AsyncRunStore.{method.__name__}"
     call.__doc__ = method.__doc__
+    return call
+
+
+def _hosts(
+    describe: Callable[P, calls.HostCall[R]],
+) -> Callable[Concatenate[AsyncRunStore, P], Coroutine[Any, Any, R]]:
+    """A call with host code as a coroutine method: its description, in an async unit of
+    work, with `write(session)` awaited if it returns an awaitable."""
+
+    async def call(self: AsyncRunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._host_call(describe(*args, **kwargs))
+
+    call.__name__ = describe.__name__
+    call.__qualname__ = f"AsyncRunStore.{describe.__name__}"
+    call.__doc__ = describe.__doc__
     return call
 
 
@@ -263,7 +277,7 @@ class AsyncRunStore:
         store = await self._ready_store()
         await self._off_the_loop(store.runner.release_kept)
 
-    async def _host_call(self, host: calls.HostCall[T], write: AsyncWrite) -> T:
+    async def _host_call(self, host: calls.HostCall[T]) -> T:
         """A call with host code, in its own unit of work: retried whole after a lost race,
         re-run after a lost connection (replaying what an earlier attempt committed)."""
         store = await self._ready_store()
@@ -278,7 +292,7 @@ class AsyncRunStore:
                             return recorded
                         result, appended = await uow.runs.run(host.journal)
                         if appended:
-                            await _completed(write(uow.session))
+                            await _completed(host.write(uow.session))
                         return result
                 except StoreBusyError as error:
                     await asyncio.sleep(busy_retry_delay(error, tries))
@@ -292,45 +306,9 @@ class AsyncRunStore:
     bind_delivery = _proxy(RunStore.bind_delivery)
     transition = _proxy(RunStore.transition)
 
-    async def bind_delivery_atomically(
-        self,
-        run_id: str,
-        gate: str,
-        revision: int,
-        receipt_hash: str,
-        *,
-        operation_id: str,
-        write: AsyncWrite,
-        approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """`bind_delivery`, and `write(session)` (awaited if it returns an awaitable) in the
-        same transaction; `write` runs only when the event is appended (not on a replay)."""
-        host = calls.bind_delivery_atomically(
-            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease, write
-        )
-        return await self._host_call(host, write)
-
-    async def bind_deliveries_atomically(
-        self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: AsyncWrite
-    ) -> RunProjection:
-        """Several bindings of one run (one lease), and `write(session)`, in one transaction."""
-        return await self._host_call(calls.bind_deliveries_atomically(inputs, write), write)
-
-    async def transition_atomically(
-        self,
-        run_id: str,
-        to: str,
-        *,
-        operation_id: str,
-        write: AsyncWrite,
-        code: str | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """`transition`, and `write(session)` in the same transaction; a replayed operation
-        id returns its recorded projection without calling `write`."""
-        host = calls.transition_atomically(run_id, to, operation_id, code, lease, write)
-        return await self._host_call(host, write)
+    bind_delivery_atomically = _hosts(calls.bind_delivery_atomically)
+    bind_deliveries_atomically = _hosts(calls.bind_deliveries_atomically)
+    transition_atomically = _hosts(calls.transition_atomically)
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -19,13 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ..errors import StoreUnavailableError
-from ..failures import WRITE, database_errors, is_database_error, translate_host_error
 from ..journal.validation import require_clock, require_root_hash
-from ..repository import Clock, RunRepository
-from ..schema import require_schema_name
+from ..repository.run_repository import Clock, RunRepository
+from ..repository.transaction import JournalTransaction
+from ..storage.failures import WRITE, database_errors, is_database_error, translate_host_error
+from ..storage.schema import require_schema_name
+from ..store.unit_of_work import finish, open_write_transaction, release, rollback_quietly
 from ..telemetry import instrument_unit_of_work
-from ..transaction import JournalTransaction
-from ..unit_of_work import finish, open_write_transaction, release, rollback_quietly
 from .repository import AsyncRunRepository
 
 T = TypeVar("T")

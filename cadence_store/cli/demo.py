@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import click
 
-from ..engine import url_argument
 from ..errors import LeaseFencedError
 from ..journal import ApprovalProof
-from ..store import RunStore
-from . import default_root_hash, describe, main, opened, url_option
+from ..storage.engine import url_argument
+from ..store.run_store import RunStore
+from .group import default_root_hash, describe, main, opened, url_option
 
 
 def _sha(text: str) -> str:

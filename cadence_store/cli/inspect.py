@@ -9,25 +9,25 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..engine import create_store_engine, masked_url
-from ..failures import READ, database_errors
 from ..journal import RUN_STAGES, RUN_STATES, js_stringify
-from ..schema import current_revision, head_revision, schema_options, upgrade_command
-from ..schema import upgrade as upgrade_database
-from ..state_root import StateRoot
-from ..store import RunStore
+from ..storage.engine import create_store_engine, masked_url
+from ..storage.failures import READ, database_errors
+from ..storage.schema import current_revision, head_revision, schema_options, upgrade_command
+from ..storage.schema import upgrade as upgrade_database
+from ..store.run_store import RunStore
+from ..store.state_root import StateRoot
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-from . import (
+from . import render
+from .group import (
     describe,
     json_option,
     main,
     opened,
     print_json,
     remember,
-    render,
     require_store_file,
     schema_for,
     url_option,

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from ..errors import LeaseFencedError
-from ..store import RunStore
-from . import (
+from ..store.run_store import RunStore
+from .group import (
     CONTEXT_SETTINGS,
     lease_argument,
     main,

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from . import default_root_hash, lease_argument, main, opened, url_option
+from .group import default_root_hash, lease_argument, main, opened, url_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -22,7 +22,6 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..engine import is_secret_parameter, masked_url
 from ..errors import (
     CadenceStoreError,
     HostWriteError,
@@ -41,6 +40,7 @@ from ..errors import (
 )
 from ..journal.views import RunDetail
 from ..journal.vocabulary import LeaseStanding
+from ..storage.engine import is_secret_parameter, masked_url
 
 EXIT_OK: Final = 0
 EXIT_CORRUPT: Final = 1

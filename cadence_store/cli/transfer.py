@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from ..engine import masked_url
 from ..errors import InvalidInputError
+from ..storage.engine import masked_url
 from ..transfer import Progress as TransferProgress
 from ..transfer import copy_store, export_store, import_store
-from . import (
+from .group import (
     checked_url,
     describe,
     main,

@@ -11,7 +11,8 @@ import click
 
 from ..parallel_verify import verify_runs
 from ..transfer import RunCheck, iter_verify_export
-from . import describe, json_option, main, open_input, opened, progress_bar, render, url_option
+from . import render
+from .group import describe, json_option, main, open_input, opened, progress_bar, url_option
 
 # -- verification ---------------------------------------------------------------------------
 

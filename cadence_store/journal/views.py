@@ -2,7 +2,7 @@
 
 `RunStore.list_runs` / `run_detail` / `counts` (and the same methods of `RunRepository`)
 return these. Like the other values they are pydantic models with snake_case attributes
-and camelCase aliases (`to_dict()`). Pure: no I/O, no SQLAlchemy; `cadence_store.queries`
+and camelCase aliases (`to_dict()`). Pure: no I/O, no SQLAlchemy; `cadence_store.repository.queries`
 reads the rows.
 """
 

@@ -23,17 +23,17 @@ from typing import IO, Any, Final, TextIO
 from sqlalchemy import Connection, Engine, Table, func, select, tuple_
 from sqlalchemy.engine import URL
 
-from ..engine import create_store_engine, is_postgresql, read_snapshot
 from ..errors import (
     InvalidInputError,
     OperationConflictError,
     RunNotFoundError,
 )
-from ..failures import READ, WRITE, database_errors
-from ..models import delivery_bindings, events, operations, runs
-from ..schema import assert_at_head, schema_options, store_schema
-from ..sql import DEFAULT_PG_SCHEMA
-from ..unit_of_work import UnitOfWork
+from ..storage.engine import create_store_engine, is_postgresql, read_snapshot
+from ..storage.failures import READ, WRITE, database_errors
+from ..storage.models import delivery_bindings, events, operations, runs
+from ..storage.schema import assert_at_head, schema_options, store_schema
+from ..storage.statements import DEFAULT_PG_SCHEMA
+from ..store.unit_of_work import UnitOfWork
 from .record import (
     CHILD_KEYS,
     CHILD_ORDER,

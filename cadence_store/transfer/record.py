@@ -32,7 +32,7 @@ from ..journal.validation import is_storable
 from ..journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
 from ..journal.verification import stored_difference
 from ..journal.vocabulary import KIND_LEASE
-from ..models import delivery_bindings, events, operations, runs
+from ..storage.models import delivery_bindings, events, operations, runs
 
 Row = dict[str, Any]
 ChildKey = Literal["events", "operations", "deliveryBindings"]

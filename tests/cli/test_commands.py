@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from cadence_store import RunStore
-from cadence_store.cli import default_root_hash, main
+from cadence_store.cli import main
+from cadence_store.cli.group import default_root_hash
 from cadence_store.errors import SchemaOutOfDateError
-from cadence_store.schema import head_revision
+from cadence_store.storage.schema import head_revision
 
 COMMANDS = [
     [],

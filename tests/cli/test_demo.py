@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cadence_store import RunStore
-from cadence_store.state_root import resolve_state_root
+from cadence_store.store.state_root import resolve_state_root
 
 
 def test_demo_on_an_empty_home(cli: Any, isolated: Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 import rich.progress
 from sqlalchemy.engine import make_url
 
-import cadence_store.cli
+import cadence_store.cli.group
 from cadence_store import RunStore, upgrade
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -36,7 +36,7 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float | None, f
     monkeypatch.setenv("COLUMNS", "120")
     moves: list[tuple[str, float | None, float | None]] = []
     RecordedProgress.moves = moves
-    monkeypatch.setattr(cadence_store.cli, "Progress", RecordedProgress)
+    monkeypatch.setattr(cadence_store.cli.group, "Progress", RecordedProgress)
     return moves
 
 
@@ -198,6 +198,6 @@ def test_the_missing_file_check_is_the_api_one(tmp_path: Path) -> None:
     # the CLI's check and RunStore's give the same code for the same case
     url = f"sqlite:///{tmp_path / 'typo.sqlite3'}"
     with pytest.raises(cadence_store.errors.SchemaOutOfDateError):
-        cadence_store.cli.require_store_file(url)
+        cadence_store.cli.group.require_store_file(url)
     upgrade(url)
-    cadence_store.cli.require_store_file(url)
+    cadence_store.cli.group.require_store_file(url)

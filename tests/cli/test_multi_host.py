@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 from support import ROOT_HASH
 
 from cadence_store import RunStore, SchemaOutOfDateError, upgrade
-from cadence_store.engine import masked_url
+from cadence_store.storage.engine import masked_url
 
 pytestmark = pytest.mark.postgres
 

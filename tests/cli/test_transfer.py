@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, func, select
 
 from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError
 from cadence_store.errors import InvalidInputError, JournalIntegrityError
-from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import delivery_bindings, events, operations, runs
 from cadence_store.transfer import export_store, import_store
 
 RUN = "fec8a140-7996-4634-a993-25c77fa10153"

@@ -158,8 +158,8 @@ def drift(connection: Connection) -> list[Any]:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from cadence_store import models
-    from cadence_store.schema import comparison_filter
+    from cadence_store.storage import models
+    from cadence_store.storage.schema import comparison_filter
 
     # the filter env.py uses (so `alembic check` agrees): owned tables only, and on SQLite
     # no constraint SQLite's own catalogue shows enforced in an equivalent form
@@ -188,7 +188,7 @@ def open_worker(spec: str, barrier: Any, results: Any, tag: str) -> None:
     """`RunStore.open` on a state root (spec: JSON of consumer root and XDG state home)."""
     try:
         from cadence_store import RunStore
-        from cadence_store.state_root import resolve_state_root
+        from cadence_store.store.state_root import resolve_state_root
 
         where = json.loads(spec)
         root = resolve_state_root(where["consumer"], xdg_state_home=where["xdg"])

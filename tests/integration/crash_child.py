@@ -153,7 +153,7 @@ def _how(status: int) -> str:
 
 def serve() -> int:
     import cadence_store
-    import cadence_store.store  # noqa: F401
+    import cadence_store.store.run_store  # noqa: F401
 
     server = os.getpid()
     emit("ready")

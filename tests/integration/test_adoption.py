@@ -38,7 +38,7 @@ from integration.conftest_migrations import (
 import cadence_store
 from cadence_store import MigrationError, RunStore, StoreFormatError
 from cadence_store.journal.states import LEGAL_TRANSITIONS, TERMINAL_STATES
-from cadence_store.legacy import (
+from cadence_store.storage.legacy import (
     LEGACY_TABLES,
     PROOF_COLUMNS,
     RUN_SCHEMA_CURRENT,
@@ -46,8 +46,8 @@ from cadence_store.legacy import (
     describe_table,
     reference_shapes,
 )
-from cadence_store.schema import head_revision
-from cadence_store.state_root import prepare_state_root, resolve_state_root
+from cadence_store.storage.schema import head_revision
+from cadence_store.store.state_root import prepare_state_root, resolve_state_root
 
 ENTRY_POINTS = ("api", "cli", "alembic")
 

@@ -30,7 +30,7 @@ from cadence_store import (
     upgrade_async,
 )
 from cadence_store.async_store import async_database_url
-from cadence_store.models import metadata, runs
+from cadence_store.storage.models import metadata, runs
 
 READ_FAILED = "run-store-read-failed"
 WRITE_FAILED = "run-store-write-failed"

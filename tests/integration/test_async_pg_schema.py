@@ -18,7 +18,7 @@ from cadence_store import (
     upgrade_async,
 )
 from cadence_store.async_store import async_database_url
-from cadence_store.schema import head_revision
+from cadence_store.storage.schema import head_revision
 
 pytestmark = pytest.mark.postgres
 

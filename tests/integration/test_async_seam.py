@@ -158,7 +158,7 @@ def test_a_cut_connection_during_an_async_call_is_re_run_once_with_the_same_oper
         )
         caplog.set_level(logging.WARNING, logger="cadence_store")
         _cut_and_re_run(proxied, proxy)
-        reruns = [r for r in caplog.records if r.name.startswith("cadence_store.failover")]
+        reruns = [r for r in caplog.records if r.name.startswith("cadence_store.store.failover")]
         assert len(reruns) == 1, [r.getMessage() for r in reruns]
     events = _count(pg_database_url, "SELECT count(*) FROM events")
     receipts = _count(

@@ -24,8 +24,8 @@ from sqlalchemy.orm import DeclarativeBase
 from support import ROOT_HASH, FakeClock, table_snapshot
 
 import cadence_store
-import cadence_store.repository
-import cadence_store.repository_leases
+import cadence_store.repository.leases
+import cadence_store.repository.run_repository
 from cadence_store import (
     AsyncRunRepository,
     AsyncRunStore,
@@ -37,7 +37,7 @@ from cadence_store import (
     upgrade_async,
 )
 from cadence_store.async_store import async_database_url
-from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import delivery_bindings, events, operations, runs
 
 HOST = sa.MetaData()
 HOST_ROWS = sa.Table(
@@ -89,8 +89,10 @@ def deterministic_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     restart()
     # run ids come from the repository, lease tokens from one function every store calls
-    monkeypatch.setattr(cadence_store.repository, "new_run_id", lambda: str(Ids.uuid4()))
-    monkeypatch.setattr(cadence_store.repository_leases, "uuid", Ids)
+    monkeypatch.setattr(
+        cadence_store.repository.run_repository, "new_run_id", lambda: str(Ids.uuid4())
+    )
+    monkeypatch.setattr(cadence_store.repository.leases, "uuid", Ids)
     return restart
 
 

@@ -36,7 +36,7 @@ if _HERE not in sys.path:  # `workers` must import by that name here and in the 
 import workers  # noqa: E402
 
 from cadence_store import RunStore  # noqa: E402
-from cadence_store.models import delivery_bindings, events, operations, runs  # noqa: E402
+from cadence_store.storage.models import delivery_bindings, events, operations, runs  # noqa: E402
 
 WORKERS = 4
 TIMEOUT_S = 90  # a worker that has not reported by then is hung: a bug

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, select, update
 
 from cadence_store import OperationConflictError, RunStore, SchemaOutOfDateError, upgrade
 from cadence_store.errors import JournalIntegrityError
-from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import delivery_bindings, events, operations, runs
 from cadence_store.transfer import Progress, copy_store, export_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cadence-1x"

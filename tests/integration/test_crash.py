@@ -47,7 +47,7 @@ from sqlalchemy.engine import make_url
 
 import cadence_store
 from cadence_store import RunStore
-from cadence_store.models import events, operations, runs
+from cadence_store.storage.models import events, operations, runs
 
 CHILD = Path(__file__).resolve().with_name("crash_child.py")
 ROOT_HASH = "ab" * 32

@@ -27,8 +27,8 @@ from cadence_store import (
     StoreBusyError,
     StoreUnavailableError,
 )
-from cadence_store.failover import MAX_DELAY_S, Failover
-from cadence_store.failures import is_connection_lost, sqlstate, translate_database_error
+from cadence_store.storage.failures import is_connection_lost, sqlstate, translate_database_error
+from cadence_store.store.failover import MAX_DELAY_S, Failover
 
 pytestmark = pytest.mark.postgres
 

@@ -24,7 +24,8 @@ from sqlalchemy import Connection, Engine, create_engine, inspect
 from sqlalchemy.pool import StaticPool
 
 import cadence_store
-from cadence_store import RunStore, schema
+from cadence_store import RunStore
+from cadence_store.storage import schema
 
 HOST_METADATA = sa.MetaData()
 HOST_NOTES = sa.Table(
@@ -189,7 +190,7 @@ def test_host_autogenerate_ignores_cadence_tables(engine: Engine, host_scripts: 
 
 
 def test_host_include_object_filters_tables_and_their_parts() -> None:
-    from cadence_store import models
+    from cadence_store.storage import models
 
     include = cadence_store.host_include_object
     for name in (*OWNED, VERSION_TABLE):
@@ -334,7 +335,7 @@ def test_env_leaves_the_hosts_logging_alone(
     assert _logging_state() == before
 
     # The embedded state-root store too.
-    from cadence_store.state_root import resolve_state_root
+    from cadence_store.store.state_root import resolve_state_root
 
     consumer = tmp_path / "consumer"
     consumer.mkdir()

@@ -20,8 +20,8 @@ from integration.conftest_migrations import (
 from sqlalchemy import create_engine, inspect
 
 import cadence_store
-from cadence_store import schema
-from cadence_store.legacy import describe_table
+from cadence_store.storage import schema
+from cadence_store.storage.legacy import describe_table
 
 LEGACY_REVISIONS = ["cadence1x_v2", "cadence1x_v4", "cadence1x_current"]
 OFFLINE_URL = "postgresql+psycopg://u@localhost/db"

@@ -23,7 +23,7 @@ from cadence_store import (
     host_include_object,
 )
 from cadence_store.cli import main as cli_main
-from cadence_store.schema import head_revision
+from cadence_store.storage.schema import head_revision
 
 pytestmark = pytest.mark.postgres
 

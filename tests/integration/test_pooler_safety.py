@@ -21,8 +21,8 @@ from support import ROOT_HASH
 
 import cadence_store
 from cadence_store import RunRepository, RunStore
-from cadence_store.engine import create_store_engine
-from cadence_store.failures import is_connection_lost, translate_database_error
+from cadence_store.storage.engine import create_store_engine
+from cadence_store.storage.failures import is_connection_lost, translate_database_error
 
 pytestmark = pytest.mark.postgres
 

@@ -14,8 +14,10 @@ from sqlalchemy import create_engine
 import cadence_store
 from cadence_store import RunStore
 from cadence_store.journal.views import RunListing
-from cadence_store.queries import listing_statement
-from cadence_store.sql import _compile
+from cadence_store.repository.queries import listing_statement
+from cadence_store.storage.read_statements import OPERATION_ROWS_OF_RUN
+from cadence_store.storage.run_statements import EVENTS_OF_RUN, HEAD, RUN_BY_KEY, START_RECEIPTS
+from cadence_store.storage.statements import Statement, compile_statement
 
 ROOT = "ab" * 32
 PARAMS = {
@@ -29,11 +31,11 @@ PARAMS = {
 }
 
 
-def _plan_text(url: str, name: str) -> str:
+def _plan_text(url: str, query: Statement) -> str:
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
-            statement = _compile(connection.dialect, name, ())
+            statement = compile_statement(query, connection.dialect)
             if connection.dialect.name == "sqlite":
                 arguments = statement.arguments(PARAMS)
                 rows = connection.exec_driver_sql(
@@ -58,7 +60,7 @@ def _store_with_runs(url: str, count: int) -> None:
 
 def test_start_receipts_are_found_by_operation_id(database_url: str) -> None:
     _store_with_runs(database_url, 300)
-    plan = _plan_text(database_url, "start_receipts")
+    plan = _plan_text(database_url, START_RECEIPTS)
     assert "ix_operations_operation_id" in plan, plan
     # the runs of the root are never scanned: runs is only reached by primary key
     assert "uq_runs_root_hash_stage_lookup_key" not in plan, plan  # PostgreSQL's name
@@ -67,14 +69,14 @@ def test_start_receipts_are_found_by_operation_id(database_url: str) -> None:
 
 def test_run_lookups_use_their_keys(database_url: str) -> None:
     _store_with_runs(database_url, 300)
-    by_key = _plan_text(database_url, "run_by_key")
+    by_key = _plan_text(database_url, RUN_BY_KEY)
     assert (
         "uq_runs_root_hash_stage_lookup_key" in by_key
         or "(root_hash=? AND stage=? AND lookup_key=?)" in by_key
     ), by_key
-    head = _plan_text(database_url, "head")
+    head = _plan_text(database_url, HEAD)
     assert "pk_runs" in head or "sqlite_autoindex_runs_1" in head, head
-    events = _plan_text(database_url, "events_of_run")
+    events = _plan_text(database_url, EVENTS_OF_RUN)
     assert "pk_events" in events or "sqlite_autoindex_events_1" in events, events
 
 
@@ -84,5 +86,5 @@ def test_read_side_lookups_use_their_keys(database_url: str) -> None:
     page = _plan_text(database_url, listing_statement(RunListing(after="x", limit=50)))
     assert "pk_runs" in page or "sqlite_autoindex_runs_1 (run_id>?)" in page, page
     # a run's operations, in the primary key's (run_id, operation_id) order
-    receipts = _plan_text(database_url, "operation_rows_of_run")
+    receipts = _plan_text(database_url, OPERATION_ROWS_OF_RUN)
     assert "pk_operations" in receipts or "sqlite_autoindex_operations_1" in receipts, receipts

@@ -25,8 +25,8 @@ from integration.conftest_migrations import (
 
 from cadence_store import RunStore, StateRootError
 from cadence_store.cli import main
-from cadence_store.schema import head_revision
-from cadence_store.state_root import StateRoot, prepare_state_root, resolve_state_root
+from cadence_store.storage.schema import head_revision
+from cadence_store.store.state_root import StateRoot, prepare_state_root, resolve_state_root
 
 
 def _hash(path: Path | str) -> str:
@@ -243,7 +243,7 @@ def test_open_creates_a_private_store(consumer: Path, tmp_path: Path) -> None:
 
 
 def test_open_upgrades_its_own_file_from_an_older_revision(consumer: Path, tmp_path: Path) -> None:
-    from cadence_store import schema
+    from cadence_store.storage import schema
 
     root = prepare_state_root(_root(consumer, tmp_path))
     schema.upgrade(root.database_url, "cadence1x_v4")

@@ -22,7 +22,7 @@ from cadence_store import (
     StoreUnavailableError,
     configure_engine,
 )
-from cadence_store.models import events, runs
+from cadence_store.storage.models import events, runs
 
 # RunStore-only: these tests are about RunStore's `*_atomically` methods (every adapter
 # delegates them to RunStore anyway) and about units of work and host sessions that the

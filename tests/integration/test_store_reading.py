@@ -19,7 +19,7 @@ from cadence_store import (
     StoreUnavailableError,
 )
 from cadence_store.journal import ZERO_EVENT_HASH, create_event, reduce_events
-from cadence_store.models import events, operations, runs
+from cadence_store.storage.models import events, operations, runs
 
 A = "a" * 64
 B = "b" * 64

@@ -206,6 +206,6 @@ def test_a_fenced_lease_is_logged_with_its_reason(store, caplog):
     with pytest.raises(CadenceStoreError):
         store.assert_lease(first)
     [record] = [r for r in caplog.records if "fenced" in r.getMessage()]
-    assert record.name == "cadence_store.repository_leases" and record.levelno == logging.INFO
+    assert record.name == "cadence_store.repository.leases" and record.levelno == logging.INFO
     assert run.run_id in record.getMessage() and "later grant" in record.getMessage()
     assert first.token not in record.getMessage()

@@ -23,9 +23,9 @@ from cadence_store import (
     StoreUnavailableError,
     TransactionAbortedError,
 )
-from cadence_store.direct_write import fits_direct_writes
-from cadence_store.models import operations, runs
 from cadence_store.parallel_verify import verify_runs
+from cadence_store.storage.models import operations, runs
+from cadence_store.store.direct_write import fits_direct_writes
 
 
 def _events_of(store, run_id):

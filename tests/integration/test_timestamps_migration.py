@@ -19,7 +19,7 @@ from support import FakeClock
 
 import cadence_store
 from cadence_store import RunStore, copy_store, export_store, import_store
-from cadence_store.schema import downgrade, head_revision
+from cadence_store.storage.schema import downgrade, head_revision
 
 TIMES = {"runs": ("created_at", "updated_at"), "events": ("recorded_at",)}
 
@@ -40,7 +40,7 @@ def test_an_adopted_cadence_1x_store_verifies_and_has_no_times(
     entry = store_entry(fixture)
     caplog.set_level(logging.INFO, logger="cadence_store")
     assert cadence_store.upgrade(url) == head_revision() == "cs0003_timestamps"
-    steps = [r.getMessage() for r in caplog.records if r.name == "cadence_store.schema"]
+    steps = [r.getMessage() for r in caplog.records if r.name == "cadence_store.storage.schema"]
     assert any("adopting the cadence 1.x store" in line for line in steps), steps
     assert any("to cs0003_timestamps" in line for line in steps), steps
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from cadence_store import RunStore
-from cadence_store.engine import parse_url
+from cadence_store.storage.engine import parse_url
 
 ROOT_HASH = "ab" * 32
 WRITER = Path(__file__).resolve().parent / "pooler_writer.py"

@@ -99,8 +99,8 @@ def fence_log_table() -> Any:
 def _weakened_fencing() -> Iterator[None]:
     """The deliberately weakened fence: a lease check that accepts any holder of a running
     operation (the token and fence are not compared), for the checker to catch."""
-    from cadence_store import repository
     from cadence_store.errors import LeaseFencedError
+    from cadence_store.repository import run_repository as repository
 
     def weak_assert_live(self: Any, sql: Any, lease: Any) -> Any:
         row, now = self._timed_operation(sql, lease.run_id, lease.operation_id, lock=True)

@@ -41,7 +41,7 @@ from uow_outcomes import (
 import cadence_store
 from cadence_store import AsyncRunStore, CadenceStoreError, RunStore
 from cadence_store.async_store import async_database_url
-from cadence_store.models import runs
+from cadence_store.storage.models import runs
 
 FAULTS = [
     pytest.param("sqlite", "refused-head-update", id="sqlite-refused-head-update"),

@@ -15,7 +15,8 @@ from sqlalchemy import create_engine
 from support import ROOT_HASH, FakeClock
 
 import cadence_store
-from cadence_store import CadenceStoreError, RunStore, schema
+from cadence_store import CadenceStoreError, RunStore
+from cadence_store.storage import schema
 
 FENCE_REVISION = "cs0002_lease_fence"
 GRANTS_BEFORE = 5

@@ -33,7 +33,7 @@ from support import ROOT_HASH
 
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore
-from cadence_store.models import events, operations
+from cadence_store.storage.models import events, operations
 
 CHILDREN = 4
 DURATIONS = [

@@ -30,7 +30,7 @@ from pg_autofailover import Formation, auto_failover_formation, pg_autoctl_avail
 from pg_cluster import pg_available
 
 import cadence_store
-from cadence_store.engine import parse_url
+from cadence_store.storage.engine import parse_url
 
 pytestmark = pytest.mark.postgres
 

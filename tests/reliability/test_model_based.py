@@ -53,7 +53,7 @@ from support import FakeClock
 
 import cadence_store
 from cadence_store import BindDelivery, CadenceStoreError, OperationLease, RunStore
-from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import delivery_bindings, events, operations, runs
 
 ROOT = "ab" * 32
 ZERO = "0" * 64

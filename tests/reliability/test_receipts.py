@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, create_engine, func, select, text
 import cadence_store
 from cadence_store import JournalIntegrityError, RunStore
 from cadence_store.cli import main
-from cadence_store.models import delivery_bindings, events, operations, runs
+from cadence_store.storage.models import delivery_bindings, events, operations, runs
 from cadence_store.transfer import check_record, import_store, parse_record, verify_export
 
 ROOT_HASH = "ab" * 32

@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore, StateRootError
 from cadence_store.cli import main
-from cadence_store.state_root import resolve_state_root
+from cadence_store.store.state_root import resolve_state_root
 
 ROOT_HASH = "ab" * 32
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -307,18 +307,18 @@ _SQL_SINKS = {"execute", "exec_driver_sql", "executescript", "executemany", "tex
 REVIEWED_DYNAMIC_SQL = {
     # PRAGMA table_info / index_list / index_info / foreign_key_list of the owned tables
     # (fixed names) and their indexes (names from the catalogue), through legacy.quote
-    ("cadence_store/catalogue.py", "_sqlite_tables"),
+    ("cadence_store/storage/catalogue.py", "_sqlite_tables"),
     # CREATE/DROP DATABASE of a name the testing plugin makes itself (secrets.token_hex)
     ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # PRAGMA table_info / foreign_key_list / index_list / index_xinfo on a table or index
     # name from sqlite_master or the fixed table lists, through legacy.quote (doubled quotes)
-    ("cadence_store/legacy.py", "describe_table"),
-    ("cadence_store/legacy.py", "column_names"),
-    ("cadence_store/schema.py", "sqlite_unique_keys"),
-    ("cadence_store/schema.py", "sqlite_foreign_keys"),
+    ("cadence_store/storage/legacy.py", "describe_table"),
+    ("cadence_store/storage/legacy.py", "column_names"),
+    ("cadence_store/storage/schema.py", "sqlite_unique_keys"),
+    ("cadence_store/storage/schema.py", "sqlite_foreign_keys"),
     # CREATE SCHEMA / SET LOCAL search_path on a schema name checked against
     # [A-Za-z_][A-Za-z0-9_]{0,62} and quoted by the dialect's identifier preparer
-    ("cadence_store/schema.py", "migration_transaction"),
+    ("cadence_store/storage/schema.py", "migration_transaction"),
 }
 
 

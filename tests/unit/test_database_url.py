@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cadence_store import InvalidInputError, RunStore
-from cadence_store.database_url import driver_options
-from cadence_store.engine import create_store_engine, masked_url, parse_url
+from cadence_store.storage.database_url import driver_options
+from cadence_store.storage.engine import create_store_engine, masked_url, parse_url
 
 PG_AUTOCTL_URI = (
     "postgres://autoctl@127.0.0.1:5501,127.0.0.1:5502/cadence"

@@ -7,17 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from cadence_store.sql import STATEMENTS
-from cadence_store.sql_rows import ROW_TYPES
+from cadence_store.journal.views import RunListing
+from cadence_store.storage import append_statements, read_statements, run_statements
+from cadence_store.storage.read_statements import listing_statement
+from cadence_store.storage.statements import Query, Statement, Write
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
 MAX_LINES = 500
-REPOSITORY_MODULES = sorted(PACKAGE.glob("repository*.py"))
+REPOSITORY_MODULES = sorted((PACKAGE / "repository").glob("*.py"))
 # Subscripts by position of something that is not a statement's row: a page of rows, the
 # bytes of a digest.
 NOT_ROWS = {
-    ("repository_reading.py", "page[-1]"),
-    ("repository_core.py", 'hashlib.sha256(text.encode("utf-8")).digest()[:8]'),
+    ("reading.py", "page[-1]"),
+    ("core.py", 'hashlib.sha256(text.encode("utf-8")).digest()[:8]'),
 }
 
 
@@ -65,23 +67,36 @@ def test_the_scan_finds_positional_indexing(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", sorted(ROW_TYPES))
-def test_each_row_type_has_its_statements_columns(name: str) -> None:
-    statement = STATEMENTS[name]("sqlite")
-    columns = list(statement.selected_columns)  # type: ignore[attr-defined]
-    assert len(columns) == len(ROW_TYPES[name]._fields)  # type: ignore[attr-defined]
+def _statements() -> dict[str, Statement]:
+    found = {}
+    for module in (run_statements, append_statements, read_statements):
+        for name, value in vars(module).items():
+            if isinstance(value, (Query, Write)):
+                found[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = value
+    return found
 
 
-def test_every_select_statement_of_sql_py_has_a_row_type() -> None:
-    # the read side (queries.py) adds, and types, statements of its own
-    sql_source = "".join(
-        (PACKAGE / name).read_text(encoding="utf-8") for name in ("sql.py", "sql_append.py")
-    )
-    untyped = [
-        name
-        for name, factory in STATEMENTS.items()
-        if f'"{name}"' in sql_source
-        and hasattr(factory("sqlite"), "selected_columns")
-        and name not in ROW_TYPES
-    ]
-    assert untyped == []
+STATEMENTS = _statements()
+
+
+def test_the_statements_are_found() -> None:
+    assert "run_statements.HEAD" in STATEMENTS and len(STATEMENTS) > 40
+
+
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
+def test_each_query_has_its_row_type_and_each_write_selects_nothing(name: str) -> None:
+    statement = STATEMENTS[name]
+    for dialect in ("sqlite", "postgresql"):
+        built = statement.build(dialect)
+        if isinstance(statement, Query):
+            columns = list(built.selected_columns)  # type: ignore[attr-defined]
+            fields = statement.row._fields  # type: ignore[attr-defined]
+            assert len(columns) == len(fields), f"{name}: {fields}"
+        else:
+            assert not getattr(built, "_returning", ()), f"{name} returns rows: make it a Query"
+
+
+def test_a_listing_has_a_row_type() -> None:
+    listing = listing_statement(RunListing(stages=("abel-design",), after="x", limit=5))
+    assert len(list(listing.build("sqlite").selected_columns)) == 2  # type: ignore[attr-defined]
+    assert listing is listing_statement(RunListing(stages=("abel-other",), after="y", limit=9))

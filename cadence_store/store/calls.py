@@ -12,12 +12,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy.orm import Session
-
-from .journal import OperationLease, RunProjection, js_stringify
-from .journal.validation import require_callable, require_operation_id
-from .journal.values import ApprovalProof, BindDelivery
-from .repository import (
+from ..journal import OperationLease, RunProjection, js_stringify
+from ..journal.validation import require_callable, require_operation_id
+from ..journal.values import ApprovalProof, BindDelivery
+from ..repository.leases import new_lease_token
+from ..repository.run_repository import (
     COMMITTED,
     DELIVERY_BOUND,
     INTERRUPTED,
@@ -25,10 +24,12 @@ from .repository import (
     RunRepository,
     check_delivery,
 )
-from .repository_leases import new_lease_token
 
 T = TypeVar("T")
 Work = Callable[[RunRepository], T]
+# A host's code, called with the call's `Session` (`AsyncSession` in the async store, which
+# awaits what it returns).
+HostWrite = Callable[[Any], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +50,11 @@ class HostCall(Generic[T]):
 
     journal: Work[tuple[T, bool]]
     recorded: Work[T | None]
+    write: HostWrite  # the host's code (the async store awaits what it returns)
 
-    def with_write(self, write: Callable[[Session], object]) -> Call[T]:
-        """The call with a synchronous `write(session)`."""
+    def synchronous(self) -> Call[T]:
+        """The call with its `write(session)` called synchronously."""
+        write = self.write
 
         def work(runs: RunRepository) -> T:
             result, appended = self.journal(runs)
@@ -88,15 +91,19 @@ def _materialised(values: Any) -> Any:
 
 
 # -- runs and their journal --------------------------------------------------------------
+# Each description has the public call's signature and docstring: `RunStore` is made of
+# them (`run_store._writes`, `_hosts`).
 
 
 def start_run(
     stage: str,
+    *,
     operation_id: str,
-    change: str | None,
-    provisional_key: str | None,
-    provisional_aliases: Iterable[str] | None,
+    change: str | None = None,
+    provisional_key: str | None = None,
+    provisional_aliases: Iterable[str] | None = None,
 ) -> Call[RunProjection]:
+    """Start a run of `stage` (or return the run its keys already name)."""
     aliases = _materialised(provisional_aliases)
     return Call(
         lambda runs: runs.start_run(
@@ -109,15 +116,23 @@ def start_run(
     )
 
 
+def bind_change(run_id: str, change: str, *, operation_id: str) -> Call[RunProjection]:
+    """Bind a change name to a run started without one."""
+    return Call(lambda runs: runs.bind_change(run_id, change, operation_id=operation_id))
+
+
 def bind_delivery(
     run_id: str,
     gate: str,
     revision: int,
     receipt_hash: str,
+    *,
     operation_id: str,
-    approval_proof: ApprovalProof | Mapping[str, Any] | None,
-    lease: OperationLease | Mapping[str, Any] | None,
+    approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
+    lease: OperationLease | Mapping[str, Any] | None = None,
 ) -> Call[RunProjection]:
+    """Record the gate receipt a run was admitted under."""
+
     def work(runs: RunRepository) -> RunProjection:
         return runs.bind_delivery(
             run_id,
@@ -137,11 +152,17 @@ def bind_delivery_atomically(
     gate: str,
     revision: int,
     receipt_hash: str,
+    *,
     operation_id: str,
-    approval_proof: ApprovalProof | Mapping[str, Any] | None,
-    lease: OperationLease | Mapping[str, Any] | None,
-    write: object,
+    write: HostWrite,
+    approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
+    lease: OperationLease | Mapping[str, Any] | None = None,
 ) -> HostCall[RunProjection]:
+    """`bind_delivery`, and `write(session)` in the same transaction.
+
+    `write` runs only when the call appends the event: a replayed operation id, or a
+    binding already stored with this receipt, returns the projection without it.
+    """
     request = check_delivery(
         run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
     )
@@ -149,12 +170,18 @@ def bind_delivery_atomically(
     return HostCall(
         lambda runs: runs.bind_deliveries_once([request]),
         _replay_first(run_id, operation_id, DELIVERY_BOUND),
+        write,
     )
 
 
 def bind_deliveries_atomically(
-    inputs: Iterable[BindDelivery | Mapping[str, Any]], write: object
+    inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: HostWrite
 ) -> HostCall[RunProjection]:
+    """Several bindings of one run (one lease), and `write(session)`, in one transaction.
+
+    `write` runs once when at least one input appends an event, not at all when every
+    input replays.
+    """
     items = _materialised(inputs)
 
     def journal(runs: RunRepository) -> tuple[RunProjection, bool]:
@@ -171,16 +198,19 @@ def bind_deliveries_atomically(
         ]
         return outcomes[-1] if None not in outcomes else None
 
-    return HostCall(journal, recorded)
+    return HostCall(journal, recorded, write)
 
 
 def transition(
     run_id: str,
     to: str,
+    *,
     operation_id: str,
-    code: str | None,
-    lease: OperationLease | Mapping[str, Any] | None,
+    code: str | None = None,
+    lease: OperationLease | Mapping[str, Any] | None = None,
 ) -> Call[RunProjection]:
+    """Move a run to state `to` (one event); `code`: the pause code of a pause."""
+
     def work(runs: RunRepository) -> RunProjection:
         return runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
 
@@ -190,11 +220,17 @@ def transition(
 def transition_atomically(
     run_id: str,
     to: str,
+    *,
     operation_id: str,
-    code: str | None,
-    lease: OperationLease | Mapping[str, Any] | None,
-    write: object,
+    write: HostWrite,
+    code: str | None = None,
+    lease: OperationLease | Mapping[str, Any] | None = None,
 ) -> HostCall[RunProjection]:
+    """`transition`, and `write(session)` in the same transaction.
+
+    A replayed operation id returns its recorded projection without calling `write`
+    (as cadence 1.x did).
+    """
     require_operation_id(operation_id)
     require_callable(write, "state-transition-write-invalid")
     return HostCall(
@@ -202,6 +238,7 @@ def transition_atomically(
             run_id, to, operation_id=operation_id, code=code, lease=lease
         ),
         _replay_first(run_id, operation_id, TRANSITIONED),
+        write,
     )
 
 
@@ -209,10 +246,16 @@ def transition_atomically(
 
 
 def acquire_lease(
-    run_id: str, operation_id: str, ttl_ms: int, preempt: bool, exclusive: bool
+    run_id: str,
+    operation_id: str,
+    ttl_ms: int,
+    *,
+    preempt: bool = False,
+    exclusive: bool = False,
 ) -> Call[OperationLease]:
-    """The token is picked once per call: every attempt (a retry, a re-run after a lost
-    connection) asks for the same grant, so a re-run finds the lease its first took."""
+    """Grant a lease on `operation_id` for `ttl_ms` milliseconds (with a new fence)."""
+    # The token is picked once per call: every attempt (a retry, a re-run after a lost
+    # connection) asks for the same grant, so a re-run finds the lease its first took.
     token = new_lease_token()
     return Call(
         lambda runs: runs.acquire_lease(
@@ -221,9 +264,21 @@ def acquire_lease(
     )
 
 
+def renew_lease(lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> Call[OperationLease]:
+    """Extend a live lease to `ttl_ms` from now (same token and fence)."""
+    return Call(lambda runs: runs.renew_lease(lease, ttl_ms))
+
+
+def assert_lease(lease: OperationLease | Mapping[str, Any]) -> Call[None]:
+    """Raise `lease-fenced` unless `lease` is the live lease of its operation."""
+    return Call(lambda runs: runs.assert_lease(lease))
+
+
 def commit_lease(
     lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
 ) -> Call[dict[str, Any]]:
+    """Finish a live lease with its recorded `outcome` (returned as stored)."""
+
     def rerun(runs: RunRepository) -> dict[str, Any]:
         if runs.finished_lease(lease, COMMITTED, outcome):
             recorded: dict[str, Any] = json.loads(js_stringify(outcome))
@@ -234,6 +289,8 @@ def commit_lease(
 
 
 def interrupt_lease(lease: OperationLease | Mapping[str, Any]) -> Call[None]:
+    """Give a live lease up; the operation may be acquired again."""
+
     def rerun(runs: RunRepository) -> None:
         if not runs.finished_lease(lease, INTERRUPTED):
             runs.interrupt_lease(lease)
@@ -241,15 +298,25 @@ def interrupt_lease(lease: OperationLease | Mapping[str, Any]) -> Call[None]:
     return Call(lambda runs: runs.interrupt_lease(lease), rerun)
 
 
+def recover_expired_leases() -> Call[int]:
+    """Mark every expired lease interrupted; returns how many."""
+    return Call(lambda runs: runs.recover_expired_leases())
+
+
 __all__ = [
     "Call",
     "HostCall",
+    "HostWrite",
     "acquire_lease",
+    "assert_lease",
+    "bind_change",
     "bind_deliveries_atomically",
     "bind_delivery",
     "bind_delivery_atomically",
     "commit_lease",
     "interrupt_lease",
+    "recover_expired_leases",
+    "renew_lease",
     "start_run",
     "transition",
     "transition_atomically",

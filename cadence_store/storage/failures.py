@@ -33,7 +33,7 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from .errors import CadenceStoreError, HostWriteError, StoreBusyError, StoreUnavailableError
+from ..errors import CadenceStoreError, HostWriteError, StoreBusyError, StoreUnavailableError
 
 
 class Access(StrEnum):

@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import Connection, Table, UniqueConstraint
 from sqlalchemy.types import Integer, String
 
+from ..errors import StoreFormatError
 from .catalogue import FoundTable, read_tables, type_family
-from .errors import StoreFormatError
 from .failures import READ, database_errors
 from .models import OWNED_TABLES, metadata
 from .readiness import is_store_ready, mark_store_ready

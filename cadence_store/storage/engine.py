@@ -21,10 +21,10 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from ..errors import InvalidInputError
 from .call_budget import bound_attempts
 from .database_url import driver_name, driver_options
 from .database_url import parse_url as _parse_url
-from .errors import InvalidInputError
 
 parse_url = _parse_url  # callers import it from here
 

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import StateRootError
+from ..errors import StateRootError
 
 PRODUCT_DIR = "abel-cadence"
 DATABASE_NAME = "control.sqlite3"

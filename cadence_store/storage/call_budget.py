@@ -1,7 +1,7 @@
 """A deadline for a whole `RunStore` call, that holds even inside one stuck attempt.
 
 Re-running a call after a lost connection is bounded by `failover_timeout_s` between
-attempts (`failover.py`); this module bounds the attempts themselves. An attempt can wait
+attempts (`store/failover.py`); this module bounds the attempts themselves. An attempt can wait
 with no error at all: in PgBouncer's queue while the server restarts (until its
 `query_wait_timeout`), or on a half-open TCP connection (for the kernel's retransmission
 timeout, minutes). psycopg's blocking calls have no client-side timeout, and a server-side

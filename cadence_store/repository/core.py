@@ -1,6 +1,6 @@
 """The ground `RunRepository` stands on: session, clock, locks, and one run's chain.
 
-See `repository.py` for the lock order every path follows.
+See `run_repository.py` for the lock order every path follows.
 """
 
 from __future__ import annotations
@@ -13,27 +13,44 @@ from typing import Any, Final, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
 
-from .errors import (
+from ..errors import (
     CadenceStoreError,
     InvalidInputError,
     JournalIntegrityError,
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import WRITE, coded
-from .journal import RunProjection, apply_event, hash_event, js_stringify
-from .journal.documents import Document, stored_projection
-from .journal.validation import is_safe_integer, require_clock, require_root_hash
-from .journal.vocabulary import (
+from ..journal import RunProjection, apply_event, hash_event, js_stringify
+from ..journal.documents import Document, stored_projection
+from ..journal.validation import is_safe_integer, require_clock, require_root_hash
+from ..journal.vocabulary import (
     COMMITTED,
     KIND_LEASE,
     KIND_START,
     STATE_TRANSITIONED,
 )
-from .schema import require_schema_name
-from .sql import Statements
-from .sql_rows import AppendedRow, HeadRow, OperationRow, TimedOperationRow
-from .telemetry import note_appended
+from ..storage.append_statements import (
+    ADVANCE_RUN,
+    ADVANCE_UNRECORDED,
+    APPEND_RECORDED,
+    INSERT_EVENT,
+    INSERT_RECEIPT,
+    UPSERT_RECEIPT,
+)
+from ..storage.failures import WRITE, coded
+from ..storage.rows import OperationRow, TimedOperationRow
+from ..storage.run_statements import (
+    ADVISORY_LOCK,
+    HEAD,
+    HEAD_FOR_UPDATE,
+    OPERATION,
+    OPERATION_FOR_UPDATE,
+    OPERATION_FOR_UPDATE_TIMED,
+    OPERATION_TIMED,
+)
+from ..storage.schema import require_schema_name
+from ..storage.statements import Statements
+from ..telemetry import note_appended
 from .transaction import JournalTransaction, RunHead
 
 Clock = Callable[[], int]
@@ -79,7 +96,7 @@ class _NextEvent:
         self.projection_json = js_stringify(document)
 
     def parameters(self) -> dict[str, Any]:
-        """The bound values of the append's statements (`sql.py`), by name."""
+        """The bound values of the append's statements (`storage/statements.py`), by name."""
         head, document = self.head, self.document
         return {
             "run_id": head.run_id,
@@ -201,7 +218,7 @@ class RepositoryCore:
     def _advisory_locks(self, sql: Statements, keys: Iterable[str]) -> None:
         if self._on_postgresql():
             for key in sorted(set(keys)):
-                sql.one("advisory_lock", key=_advisory_key(key))
+                sql.one(ADVISORY_LOCK, key=_advisory_key(key))
 
     def _head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead | None:
         transaction = self.transaction
@@ -209,7 +226,7 @@ class RepositoryCore:
             kept = transaction.kept_head(run_id)
             if kept is not None:
                 return kept
-        row = sql.row("head_for_update" if lock else "head", HeadRow, run_id=run_id)
+        row = sql.one(HEAD_FOR_UPDATE if lock else HEAD, run_id=run_id)
         if row is None:
             return None
         if row.run_id != run_id:
@@ -233,9 +250,8 @@ class RepositoryCore:
     def _operation(
         sql: Statements, run_id: str, operation_id: str, *, lock: bool = False
     ) -> OperationRow | None:
-        return sql.row(
-            "operation_for_update" if lock else "operation",
-            OperationRow,
+        return sql.one(
+            OPERATION_FOR_UPDATE if lock else OPERATION,
             run_id=run_id,
             operation_id=operation_id,
         )
@@ -248,9 +264,8 @@ class RepositoryCore:
         if not self._server_clock():
             row = self._operation(sql, run_id, operation_id, lock=lock)
             return row, None if row is None else self._now()
-        timed = sql.row(
-            "operation_for_update_timed" if lock else "operation_timed",
-            TimedOperationRow,
+        timed = sql.one(
+            OPERATION_FOR_UPDATE_TIMED if lock else OPERATION_TIMED,
             run_id=run_id,
             operation_id=operation_id,
         )
@@ -271,7 +286,7 @@ class RepositoryCore:
     @staticmethod
     def _record(sql: Statements, run_id: str, operation_id: str, kind: str, outcome: str) -> None:
         sql.write(
-            "upsert_receipt",
+            UPSERT_RECEIPT,
             run_id=run_id,
             operation_id=operation_id,
             kind=kind,
@@ -302,13 +317,13 @@ class RepositoryCore:
         event = self._next_event(head, type_, payload)
         params = event.parameters()
         params["now"] = self._append_now()
-        if sql.write("advance_run", **params) != 1:
+        if sql.write(ADVANCE_RUN, **params) != 1:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
-        sql.write("insert_event", **params)
+        sql.write(INSERT_EVENT, **params)
         note_appended()
         self._remember(event)
         return event.document, event.projection_json
@@ -323,13 +338,13 @@ class RepositoryCore:
         params["outcome_json"] = event.projection_json
         params["now"] = self._append_now()
         if sql.dialect_name == "postgresql":
-            found = sql.row("append_recorded", AppendedRow, **params)
+            found = sql.one(APPEND_RECORDED, **params)
             appended = found is not None and found.advanced == 1
         else:
-            appended = sql.write("advance_unrecorded", **params) == 1
+            appended = sql.write(ADVANCE_UNRECORDED, **params) == 1
             if appended:
-                sql.write("insert_event", **params)
-                sql.write("insert_receipt", **params)
+                sql.write(INSERT_EVENT, **params)
+                sql.write(INSERT_RECEIPT, **params)
         if appended:
             note_appended()
             self._remember(event)

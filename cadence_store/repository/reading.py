@@ -1,5 +1,5 @@
 """Reading and verifying runs: status, events, replay, integrity, and the read side
-(`cadence_store.queries`) for host sessions."""
+(`cadence_store.repository.queries`) for host sessions."""
 
 from __future__ import annotations
 
@@ -7,17 +7,25 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
+from ..journal import ChainVerifier, RunEvent, RunProjection
+from ..journal.documents import Document, event_payload, projection_of, stored_projection
+from ..journal.receipts import ReceiptVerifier, receipt_error
+from ..journal.validation import require_operation_id, require_run_id
+from ..journal.verification import MIRRORED_COLUMNS, stored_difference
+from ..journal.views import RunDetail, StoreCounts, check_run_listing
+from ..storage.failures import READ, coded
+from ..storage.rows import EventRow
+from ..storage.run_statements import (
+    BINDINGS_OF_RUN,
+    EVENTS_OF_RUN_AFTER,
+    EVENTS_OF_RUN_PAGE,
+    OPERATIONS_OF_RUN,
+    RUN_IDS,
+    VERIFY_COLUMNS,
+)
 from . import queries
-from .errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
-from .failures import READ, coded
-from .journal import ChainVerifier, RunEvent, RunProjection
-from .journal.documents import Document, event_payload, projection_of, stored_projection
-from .journal.receipts import ReceiptVerifier, receipt_error
-from .journal.validation import require_operation_id, require_run_id
-from .journal.verification import MIRRORED_COLUMNS, stored_difference
-from .journal.views import RunDetail, StoreCounts, check_run_listing
-from .repository_core import EVENT_BATCH, RepositoryCore
-from .sql_rows import BindingOfRunRow, EventRow, RunIdRow, VerifyColumnsRow
+from .core import EVENT_BATCH, RepositoryCore
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +56,14 @@ class RunReading(RepositoryCore):
         fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
         an `EventRow` per row would cost verification time; only a page's last is named."""
         sql = self._read_statements()
-        page = sql.all("events_of_run_page", run_id=run_id, limit=EVENT_BATCH)
+        page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
         while page:
             yield from page
             if len(page) < EVENT_BATCH:
                 break
             last = EventRow(*page[-1])
-            page = sql.all(
-                "events_of_run_after", run_id=run_id, after=last.sequence, limit=EVENT_BATCH
+            page = sql.raw_rows(
+                EVENTS_OF_RUN_AFTER, run_id=run_id, after=last.sequence, limit=EVENT_BATCH
             )
 
     @coded(READ)
@@ -159,11 +167,11 @@ class RunReading(RepositoryCore):
     def _verify_integrity(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         sql = self._read_statements()
-        row = sql.row("verify_columns", VerifyColumnsRow, run_id=run_id)
+        row = sql.one(VERIFY_COLUMNS, run_id=run_id)
         if row is None:
             raise RunNotFoundError("run-not-found")
         receipts = ReceiptVerifier(run_id)
-        for operation in sql.stream("operations_of_run", EVENT_BATCH, run_id=run_id):
+        for operation in sql.stream(OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
             receipts.add(operation)
         rebuilt = self._replay_chain(run_id, receipts)
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
@@ -171,7 +179,7 @@ class RunReading(RepositoryCore):
             rebuilt,
             row.projection_json,
             columns,
-            sql.rows("bindings_of_run", BindingOfRunRow, run_id=run_id),
+            sql.all(BINDINGS_OF_RUN, run_id=run_id),
         )
         if difference is not None:
             raise JournalIntegrityError(
@@ -183,7 +191,7 @@ class RunReading(RepositoryCore):
                 expected=difference.expected,
                 actual=difference.actual,
             )
-        problem = receipts.result(lambda: sql.all("operations_of_run", run_id=run_id))
+        problem = receipts.result(lambda: sql.all(OPERATIONS_OF_RUN, run_id=run_id))
         if problem is not None:
             raise receipt_error(run_id, problem)
         return projection_of(rebuilt)
@@ -191,9 +199,9 @@ class RunReading(RepositoryCore):
     @coded(READ)
     def run_ids(self) -> list[str]:
         """Every run id in the store, sorted."""
-        return [str(row.run_id) for row in self._read_statements().rows("run_ids", RunIdRow)]
+        return [str(row.run_id) for row in self._read_statements().all(RUN_IDS)]
 
-    # -- the read side (cadence_store.queries) ------------------------------------------
+    # -- the read side (cadence_store.repository.queries) ------------------------------------------
 
     @coded(READ)
     def list_runs(

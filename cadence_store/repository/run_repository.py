@@ -15,10 +15,10 @@ can deadlock:
 On SQLite the transaction itself is the lock (BEGIN IMMEDIATE), and `FOR UPDATE` renders
 as nothing.
 
-The hot path runs Core statements, compiled once (`sql.py`), on the DB-API cursor of the
-session's connection: the ORM's and SQLAlchemy's per-call work was the largest cost of an
-append (NOTES-engines), and an append only needs the locked run row, one INSERT and one
-UPDATE — O(1) in the chain's length.
+The hot path runs Core statements, compiled once (`storage/statements.py`), on the
+DB-API cursor of the session's connection: the ORM's and SQLAlchemy's per-call work was
+the largest cost of an append (NOTES-engines), and an append only needs the locked run
+row, one INSERT and one UPDATE — O(1) in the chain's length.
 
 One job per module: `repository_core` (session, clock, locks, the chain's append),
 `repository_leases` (leases), `repository_reading` (reads and verification); this module
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import (
+from ..errors import (
     CadenceStoreError,
     InvalidInputError,
     InvalidTransitionError,
@@ -39,7 +39,7 @@ from .errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from .journal import (
+from ..journal import (
     RUN_STATES,
     TERMINAL_STATES,
     ZERO_EVENT_HASH,
@@ -49,15 +49,15 @@ from .journal import (
     hash_event,
     js_stringify,
 )
-from .journal.documents import (
+from ..journal.documents import (
     Document,
     built_projection,
     parse_document,
     projection_of,
     stored_projection,
 )
-from .journal.run_ids import new_run_id
-from .journal.validation import (
+from ..journal.run_ids import new_run_id
+from ..journal.validation import (
     check_deliveries,
     check_delivery,
     coerce_optional_lease,
@@ -70,16 +70,29 @@ from .journal.validation import (
     require_stage,
     require_transition_code,
 )
-from .journal.values import ApprovalProof, BindDelivery
-from .journal.vocabulary import (
+from ..journal.values import ApprovalProof, BindDelivery
+from ..journal.vocabulary import (
     CHANGE_BOUND,
     COMMITTED,
     DELIVERY_BOUND,
     INTERRUPTED,
     RUN_CREATED,
 )
-from .journal.vocabulary import DESIGN_STAGE as DESIGN
-from .repository_core import (
+from ..journal.vocabulary import DESIGN_STAGE as DESIGN
+from ..storage.append_statements import INSERT_EVENT, INSERT_RUN
+from ..storage.rows import BindingReceiptRow, RunProjectionRow
+from ..storage.run_statements import (
+    BIND_CHANGE,
+    BINDING,
+    INSERT_BINDING,
+    OWNER_OF_KEY,
+    REKEY_RUN,
+    RUN_BY_KEY,
+    START_RECEIPTS,
+)
+from ..storage.statements import Statements
+from ..telemetry import instrument, note_appended
+from .core import (
     EVENT_BATCH,
     LEASE,
     START,
@@ -90,11 +103,8 @@ from .repository_core import (
     journal_write,
     system_clock,
 )
-from .repository_leases import LeaseRules, fenced
-from .repository_reading import RunReading
-from .sql import Statements
-from .sql_rows import BindingReceiptRow, KeyOwnerRow, RunByKeyRow, StartReceiptRow
-from .telemetry import instrument, note_appended
+from .leases import LeaseRules, fenced
+from .reading import RunReading
 from .transaction import RunHead
 
 
@@ -132,9 +142,8 @@ class RunRepository(LeaseRules, RunReading):
 
         receipts = [
             receipt
-            for receipt in sql.rows(
-                "start_receipts",
-                StartReceiptRow,
+            for receipt in sql.all(
+                START_RECEIPTS,
                 root_hash=root_hash,
                 stage=stage,
                 operation_id=operation_id,
@@ -160,11 +169,9 @@ class RunRepository(LeaseRules, RunReading):
                 raise JournalIntegrityError("operation-outcome-invalid")
             return projection_of(document)
 
-        existing: RunByKeyRow | None = None
+        existing: RunProjectionRow | None = None
         for key in keys:
-            candidate = sql.row(
-                "run_by_key", RunByKeyRow, root_hash=root_hash, stage=stage, lookup_key=key
-            )
+            candidate = sql.one(RUN_BY_KEY, root_hash=root_hash, stage=stage, lookup_key=key)
             if (
                 candidate is not None
                 and existing is not None
@@ -177,7 +184,7 @@ class RunRepository(LeaseRules, RunReading):
             document = parse_document(existing_json)
             if stage == DESIGN and document.get("state") in TERMINAL_STATES:
                 # a finished design run gives its key up to a new run
-                sql.write("rekey_run", run_id=existing_id, lookup_key=f"terminal:{existing_id}")
+                sql.write(REKEY_RUN, run_id=existing_id, lookup_key=f"terminal:{existing_id}")
             else:
                 self._record(sql, existing_id, operation_id, START, existing_json)
                 return projection_of(document)
@@ -193,7 +200,7 @@ class RunRepository(LeaseRules, RunReading):
         assert created is not None
         projection_json = js_stringify(created)
         sql.write(
-            "insert_run",
+            INSERT_RUN,
             run_id=run_id,
             root_hash=root_hash,
             stage=stage,
@@ -207,7 +214,7 @@ class RunRepository(LeaseRules, RunReading):
             now=self._append_now(),
         )
         sql.write(
-            "insert_event",
+            INSERT_EVENT,
             run_id=run_id,
             sequence=1,
             type=RUN_CREATED,
@@ -239,16 +246,15 @@ class RunRepository(LeaseRules, RunReading):
         current = head.document()
         if current.get("stage") != DESIGN or not current.get("provisionalKey"):
             raise InvalidTransitionError("change-binding-not-allowed")
-        owner = sql.row(
-            "owner_of_key",
-            KeyOwnerRow,
+        owner = sql.one(
+            OWNER_OF_KEY,
             root_hash=head.root_hash,
             stage=head.stage,
             lookup_key=f"change:{change}",
         )
         if owner is not None and owner.run_id != run_id:
             raise OperationConflictError("change-run-already-exists")
-        sql.write("bind_change", run_id=run_id, lookup_key=f"change:{change}", change_name=change)
+        sql.write(BIND_CHANGE, run_id=run_id, lookup_key=f"change:{change}", change_name=change)
         document, projection_json = self._append(sql, head, CHANGE_BOUND, {"change": change})
         self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json)
         return built_projection(document)
@@ -268,9 +274,8 @@ class RunRepository(LeaseRules, RunReading):
         if replay is not None:
             return replay, False
         proof = request.approval_proof
-        existing = sql.row(
-            "binding",
-            BindingReceiptRow,
+        existing = sql.one(
+            BINDING,
             run_id=request.run_id,
             gate=request.gate,
             revision=request.revision,
@@ -291,7 +296,7 @@ class RunRepository(LeaseRules, RunReading):
             )
             return stored_projection(head.projection_json), False
         sql.write(
-            "insert_binding",
+            INSERT_BINDING,
             run_id=request.run_id,
             gate=request.gate,
             revision=request.revision,

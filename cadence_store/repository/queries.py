@@ -5,24 +5,23 @@ connection; `RunStore` runs each call inside one read snapshot (`engine.read_sna
 so a listing, a detail or the counts never mix two states of the store.
 
 The statements are Core against the models' tables, compiled once and run on the DB-API
-cursor by `sql.Statements`, like the repository's own: SQLAlchemy's `Connection.execute`
-would begin its own transaction, which on a `configure_engine` engine is a write lock
-(BEGIN IMMEDIATE) inside the read snapshot. A listing's statement depends on which
-filters it has, so each filter shape is a named statement of its own (a bounded number:
-stages x states x four optional filters), values always bound.
-"""
+cursor by `storage.statements.Statements`, like the repository's own: SQLAlchemy's
+`Connection.execute` would begin its own transaction, which on a `configure_engine`
+engine is a write lock (BEGIN IMMEDIATE) inside the read snapshot. A listing's statement
+depends on which filters it has, so each filter shape is a named statement of its own (a
+bounded number: stages x states x four optional filters), values always bound. """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import JournalIntegrityError
-from .journal import RunEvent, RunProjection
-from .journal.values import ApprovalProof
-from .journal.views import (
+from ..errors import JournalIntegrityError
+from ..journal import RunEvent, RunProjection
+from ..journal.values import ApprovalProof
+from ..journal.views import (
     BindingRecord,
     OperationRecord,
     RunDetail,
@@ -33,46 +32,17 @@ from .journal.views import (
     stored_outcome,
     stored_projection,
 )
-from .journal.vocabulary import OPERATION_STATE_NAMES, OperationKind, OperationState
-from .sql import Statements
-from .sql_reads import listing_statement
-
-
-class _CountsRow(NamedTuple):
-    runs: int
-    events: int
-    operations: int
-    bindings: int
-
-
-class _StateCountRow(NamedTuple):
-    state: str
-    runs: int
-
-
-class _ListedRunRow(NamedTuple):
-    run_id: str
-    projection_json: str
-
-
-class _BindingRow(NamedTuple):
-    gate: str
-    revision: int
-    receipt_hash: str
-    operation_id: str
-    approval_revision: int | None
-    contract_hash: str | None
-    record_hash: str | None
-
-
-class _OperationRow(NamedTuple):
-    operation_id: str
-    kind: str
-    state: str
-    outcome_json: str | None
-    has_lease_token: bool | int  # SQLite answers 0 or 1
-    lease_expires_at: int | None
-    lease_fence: int | None
+from ..journal.vocabulary import OPERATION_STATE_NAMES, OperationKind, OperationState
+from ..storage.read_statements import (
+    BINDING_ROWS_OF_RUN,
+    COUNT_ROWS,
+    COUNT_RUNS_BY_STATE,
+    OPERATION_ROWS_OF_RUN,
+    RUN_TIMES,
+    listing_statement,
+)
+from ..storage.rows import BindingDetailRow, OperationDetailRow
+from ..storage.statements import Statements
 
 
 def _listing_parameters(listing: RunListing) -> dict[str, Any]:
@@ -94,15 +64,13 @@ def _listing_parameters(listing: RunListing) -> dict[str, Any]:
 def list_runs(sql: Statements, listing: RunListing) -> list[RunProjection]:
     """The stored projections of the runs that match, in run id order."""
     rows = sql.all(listing_statement(listing), **_listing_parameters(listing))
-    listed = [_ListedRunRow(*row) for row in rows]
-    return [stored_projection(row.projection_json, row.run_id) for row in listed]
+    return [stored_projection(row.projection_json, row.run_id) for row in rows]
 
 
 def counts(sql: Statements) -> StoreCounts:
-    totals = sql.one("count_rows")
-    assert totals is not None  # an aggregate always returns its row
-    row = _CountsRow(*totals)
-    by_state = [_StateCountRow(*state_row) for state_row in sql.all("count_runs_by_state")]
+    row = sql.one(COUNT_ROWS)
+    assert row is not None  # an aggregate always returns its row
+    by_state = sql.all(COUNT_RUNS_BY_STATE)
     return StoreCounts(
         runs=int(row.runs),
         events=int(row.events),
@@ -112,7 +80,7 @@ def counts(sql: Statements) -> StoreCounts:
     )
 
 
-def _binding(row: _BindingRow, run_id: str) -> BindingRecord:
+def _binding(row: BindingDetailRow, run_id: str) -> BindingRecord:
     try:
         proof = None
         if row.approval_revision is not None:
@@ -133,7 +101,7 @@ def _binding(row: _BindingRow, run_id: str) -> BindingRecord:
         raise JournalIntegrityError("run-projection-integrity-mismatch", run_id=run_id) from None
 
 
-def _operation(row: _OperationRow, run_id: str, now: int) -> OperationRecord:
+def _operation(row: OperationDetailRow, run_id: str, now: int) -> OperationRecord:
     if row.state not in OPERATION_STATE_NAMES:
         raise JournalIntegrityError("operation-state-invalid", run_id=run_id)
     return OperationRecord(
@@ -152,11 +120,9 @@ def run_detail(
 ) -> RunDetail:
     """A run's detail around its (already read) projection; `now` judges lease liveness."""
     run_id = projection.run_id
-    bindings = [_BindingRow(*row) for row in sql.all("binding_rows_of_run", run_id=run_id)]
-    operation_rows = [
-        _OperationRow(*row) for row in sql.all("operation_rows_of_run", run_id=run_id)
-    ]
-    times = sql.one("run_times", run_id=run_id)
+    bindings = sql.all(BINDING_ROWS_OF_RUN, run_id=run_id)
+    operation_rows = sql.all(OPERATION_ROWS_OF_RUN, run_id=run_id)
+    times = sql.one(RUN_TIMES, run_id=run_id)
     created_at, updated_at = (None, None) if times is None else times
     return RunDetail(
         projection=projection,

@@ -28,15 +28,15 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
+from ..errors import StoreBusyError, StoreUnavailableError
+from ..repository.run_repository import Clock, RunRepository
+from ..repository.transaction import JournalTransaction
+from ..storage.engine import is_sqlite, masked_url, read_snapshot
+from ..storage.failures import READ, database_errors, is_database_error, is_retryable
+from ..storage.shape import assert_store_ready
+from ..telemetry import record_busy_retry
 from .direct_write import DirectWrites, fits_direct_writes
-from .engine import is_sqlite, masked_url, read_snapshot
-from .errors import StoreBusyError, StoreUnavailableError
 from .failover import Failover
-from .failures import READ, database_errors, is_database_error, is_retryable
-from .repository import Clock, RunRepository
-from .shape import assert_store_ready
-from .telemetry import record_busy_retry
-from .transaction import JournalTransaction
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")

@@ -1,13 +1,13 @@
-"""One row type per select statement of `sql.STATEMENTS`: its columns, by name.
+"""The row types of the select statements: their columns, by name.
 
-The repository reads rows through these (`Statements.row(name, RowType, ...)`) instead
-of by position; `ROW_TYPES` says which type each statement returns, and a test checks
-that each type has as many fields as its statement has columns.
+Each `Query` names its row type, and `Statements` returns its rows as that type, so the
+layers above read rows by name, never by position; a test checks that each type has as
+many fields as its statement has columns.
 """
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 
 class LockedRow(NamedTuple):
@@ -60,7 +60,7 @@ class StartReceiptRow(NamedTuple):
     lookup_key: str | None  # None: the run is of another root hash or stage
 
 
-class RunByKeyRow(NamedTuple):
+class RunProjectionRow(NamedTuple):
     run_id: str
     projection_json: str
 
@@ -125,25 +125,38 @@ class AppendedRow(NamedTuple):
     advanced: int  # runs advanced: 1, or 0 when nothing was written
 
 
-ROW_TYPES: Final[dict[str, type[tuple[object, ...]]]] = {
-    "advisory_lock": LockedRow,
-    "append_recorded": AppendedRow,
-    "head": HeadRow,
-    "head_for_update": HeadRow,
-    "head_for_update_timed": TimedHeadRow,
-    "operation": OperationRow,
-    "operation_for_update": OperationRow,
-    "operation_timed": TimedOperationRow,
-    "operation_for_update_timed": TimedOperationRow,
-    "start_receipts": StartReceiptRow,
-    "run_by_key": RunByKeyRow,
-    "owner_of_key": KeyOwnerRow,
-    "binding": BindingReceiptRow,
-    "verify_columns": VerifyColumnsRow,
-    "bindings_of_run": BindingOfRunRow,
-    "run_ids": RunIdRow,
-    "operations_of_run": OperationOfRunRow,
-    "events_of_run": EventRow,
-    "events_of_run_page": EventRow,
-    "events_of_run_after": EventRow,
-}
+class CountsRow(NamedTuple):
+    runs: int
+    events: int
+    operations: int
+    bindings: int
+
+
+class StateCountRow(NamedTuple):
+    state: str
+    runs: int
+
+
+class BindingDetailRow(NamedTuple):
+    gate: str
+    revision: int
+    receipt_hash: str
+    operation_id: str
+    approval_revision: int | None
+    contract_hash: str | None
+    record_hash: str | None
+
+
+class OperationDetailRow(NamedTuple):
+    operation_id: str
+    kind: str
+    state: str
+    outcome_json: str | None
+    has_lease_token: bool | int  # SQLite answers 0 or 1
+    lease_expires_at: int | None
+    lease_fence: int | None
+
+
+class RunTimesRow(NamedTuple):
+    created_at: int | None
+    updated_at: int | None

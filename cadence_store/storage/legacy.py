@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .journal.canonical import canonical_json
+from ..journal.canonical import canonical_json
 
 PROOF_COLUMNS: Final = ("approval_revision", "contract_hash", "record_hash")
 

@@ -24,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from .call_budget import call_budget
-from .errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
-from .failures import is_connection_lost, is_database_error
-from .telemetry import record_failover_rerun
+from ..errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
+from ..storage.call_budget import call_budget
+from ..storage.failures import is_connection_lost, is_database_error
+from ..telemetry import record_failover_rerun
 
 T = TypeVar("T")
 

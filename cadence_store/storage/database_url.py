@@ -24,7 +24,7 @@ from typing import Any, Final
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 # `scheme://[userinfo@]host:port,host:port[/database][?query]`
 _MULTI_HOST: Final = re.compile(

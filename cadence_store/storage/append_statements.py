@@ -11,7 +11,6 @@ event's `recorded_at` (`append_time`), never part of a hash or of `projection_js
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final
 
 from sqlalchemy import (
@@ -31,8 +30,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
-from .journal.vocabulary import COMMITTED
+from ..journal.vocabulary import COMMITTED
 from .models import events, operations, runs
+from .rows import AppendedRow
+from .statements import Query, Write
 
 RUN_MATCH: Final = runs.c.run_id == bindparam("run_id")
 OPERATION_MATCH: Final = (operations.c.run_id == bindparam("run_id")) & (
@@ -182,9 +183,10 @@ def append_recorded() -> ClauseElement:
     )
 
 
-APPEND_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
-    "upsert_receipt": upsert_receipt,
-    "insert_event": lambda _: events.insert().values(
+UPSERT_RECEIPT: Final = Write("upsert_receipt", upsert_receipt)
+INSERT_EVENT: Final = Write(
+    "insert_event",
+    lambda _: events.insert().values(
         run_id=bindparam("run_id"),
         sequence=bindparam("sequence"),
         type=bindparam("type"),
@@ -194,15 +196,19 @@ APPEND_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         # written right after its run row: the time that row was stamped with
         recorded_at=run_updated_at(),
     ),
-    "insert_run": insert_run,
-    "advance_run": advance_run,
-    # the same, only while the operation id has no row yet (the receipt is written next)
-    "advance_unrecorded": lambda dialect_name: advance_run(dialect_name).where(
-        ~exists().where(OPERATION_MATCH)
-    ),
-    # all three writes of a recorded append as one statement (PostgreSQL: one round trip)
-    "append_recorded": lambda _: append_recorded(),
-    "insert_receipt": lambda _: operations.insert().values(
+)
+INSERT_RUN: Final = Write("insert_run", insert_run)
+ADVANCE_RUN: Final = Write("advance_run", advance_run)
+# the same, only while the operation id has no row yet (the receipt is written next)
+ADVANCE_UNRECORDED: Final = Write(
+    "advance_unrecorded",
+    lambda dialect_name: advance_run(dialect_name).where(~exists().where(OPERATION_MATCH)),
+)
+# all three writes of a recorded append as one statement (PostgreSQL: one round trip)
+APPEND_RECORDED: Final = Query("append_recorded", lambda _: append_recorded(), AppendedRow)
+INSERT_RECEIPT: Final = Write(
+    "insert_receipt",
+    lambda _: operations.insert().values(
         run_id=bindparam("run_id"),
         operation_id=bindparam("operation_id"),
         kind=bindparam("kind"),
@@ -210,4 +216,4 @@ APPEND_STATEMENTS: Final[dict[str, Callable[[str], ClauseElement]]] = {
         state=bindparam("receipt_state", COMMITTED),
         outcome_json=bindparam("outcome_json"),
     ),
-}
+)

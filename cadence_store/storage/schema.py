@@ -26,6 +26,14 @@ from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from ..errors import (
+    CadenceStoreError,
+    InvalidInputError,
+    MigrationError,
+    SchemaOutOfDateError,
+    StoreBusyError,
+    StoreFormatError,
+)
 from . import legacy
 from .engine import (
     create_store_engine,
@@ -35,18 +43,10 @@ from .engine import (
     masked_url,
     url_argument,
 )
-from .errors import (
-    CadenceStoreError,
-    InvalidInputError,
-    MigrationError,
-    SchemaOutOfDateError,
-    StoreBusyError,
-    StoreFormatError,
-)
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
 from .readiness import forget_store_ready as forget_pool
-from .sql import DEFAULT_PG_SCHEMA
+from .statements import DEFAULT_PG_SCHEMA
 
 if TYPE_CHECKING:
     # Alembic is imported where a migration or a revision lookup needs it, not at import:
@@ -66,8 +66,8 @@ logger = logging.getLogger(__name__)
 
 def script_location() -> str:
     """The migration scripts: packaged inside the wheel, else the source tree's."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "migrations", here.parent / "migrations"):
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "migrations", package.parent / "migrations"):
         if (candidate / "env.py").is_file():
             return str(candidate)
     raise MigrationError("run-store-migration-failed", "migration scripts not found")

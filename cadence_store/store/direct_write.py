@@ -30,12 +30,12 @@ from typing import Any, Final, TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
-from .call_budget import watch_connection
-from .failures import WRITE, database_errors
-from .readiness import is_store_ready
-from .repository import Clock, RunRepository
-from .sql import Statements
-from .transaction import JournalTransaction
+from ..repository.run_repository import Clock, RunRepository
+from ..repository.transaction import JournalTransaction
+from ..storage.call_budget import watch_connection
+from ..storage.failures import WRITE, database_errors
+from ..storage.readiness import is_store_ready
+from ..storage.statements import Statements
 
 T = TypeVar("T")
 

@@ -9,35 +9,45 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import (
+from ..errors import (
     InvalidInputError,
     JournalIntegrityError,
     LeaseFencedError,
     OperationConflictError,
     RunNotFoundError,
 )
-from .failures import READ, database_errors
-from .journal import OperationLease, OperationStatus, js_stringify
-from .journal.canonical import JsonValueError, has_lossy_number
-from .journal.documents import stored_outcome
-from .journal.validation import (
+from ..journal import OperationLease, OperationStatus, js_stringify
+from ..journal.canonical import JsonValueError, has_lossy_number
+from ..journal.documents import stored_outcome
+from ..journal.validation import (
     coerce_lease,
     require_bool,
     require_operation_id,
     require_run_id,
     require_ttl,
 )
-from .journal.views import lease_standing
-from .journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING, LeaseStanding
-from .repository_core import (
+from ..journal.views import lease_standing
+from ..journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING, LeaseStanding
+from ..storage.failures import READ, database_errors
+from ..storage.rows import OperationRow, TimedOperationRow
+from ..storage.run_statements import (
+    EXPIRE_LEASE,
+    EXPIRE_LEASES,
+    EXPIRE_LEASES_TIMED,
+    FINISH_LEASE,
+    HEAD_FOR_UPDATE_TIMED,
+    INSERT_LEASE,
+    RENEW_LEASE,
+    RESTART_LEASE,
+)
+from ..storage.statements import Statements
+from .core import (
     LEASE,
     ExpiryNeeded,
     RepositoryCore,
     expiry,
     journal_write,
 )
-from .sql import Statements
-from .sql_rows import OperationRow, TimedHeadRow, TimedOperationRow
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +129,7 @@ class LeaseRules(RepositoryCore):
         require_run_id(run_id)
         sql = self._write_statements()
         if self._server_clock():
-            locked = sql.row("head_for_update_timed", TimedHeadRow, run_id=run_id)
+            locked = sql.one(HEAD_FOR_UPDATE_TIMED, run_id=run_id)
             if locked is None:
                 raise RunNotFoundError("run-not-found")
             existing, existing_now = self._timed_operation(sql, run_id, operation_id, lock=True)
@@ -158,7 +168,7 @@ class LeaseRules(RepositoryCore):
             fence=fence,
         )
         sql.write(
-            "insert_lease" if existing is None else "restart_lease",
+            INSERT_LEASE if existing is None else RESTART_LEASE,
             run_id=run_id,
             operation_id=operation_id,
             lease_token=lease.token,
@@ -177,7 +187,7 @@ class LeaseRules(RepositoryCore):
         row, now = self._assert_live(sql, checked)
         expires_at = expiry(now, ttl)
         sql.write(
-            "renew_lease",
+            RENEW_LEASE,
             run_id=checked.run_id,
             operation_id=checked.operation_id,
             token=checked.token,
@@ -195,7 +205,7 @@ class LeaseRules(RepositoryCore):
         sql = self._write_statements()
         self._assert_live(sql, lease)
         changed = sql.write(
-            "finish_lease",
+            FINISH_LEASE,
             run_id=lease.run_id,
             operation_id=lease.operation_id,
             token=lease.token,
@@ -272,7 +282,7 @@ class LeaseRules(RepositoryCore):
         if standing(row, now) is LeaseStanding.EXPIRED:
             if not expire:
                 raise ExpiryNeeded()
-            sql.write("expire_lease", run_id=run_id, operation_id=operation_id, now=now)
+            sql.write(EXPIRE_LEASE, run_id=run_id, operation_id=operation_id, now=now)
             row = self._operation(sql, run_id, operation_id)
             if row is None:
                 raise JournalIntegrityError("operation-recovery-invalid")
@@ -290,5 +300,5 @@ class LeaseRules(RepositoryCore):
         """Mark every expired running lease interrupted; returns how many were."""
         sql = self._write_statements()
         if self._server_clock():
-            return sql.write("expire_leases_timed")
-        return sql.write("expire_leases", now=self._now())
+            return sql.write(EXPIRE_LEASES_TIMED)
+        return sql.write(EXPIRE_LEASES, now=self._now())

@@ -13,55 +13,117 @@ is given; writes and units of work to the primary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import inspect
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine
+from sqlalchemy import inspect as inspect_database
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
-from . import calls
-from .direct_write import lends_freely
-from .engine import (
+from ..errors import (
+    InvalidInputError,
+    SchemaOutOfDateError,
+    StoreFormatError,
+)
+from ..journal import OperationStatus, RunEvent
+from ..journal.validation import require_clock, require_root_hash
+from ..repository.run_repository import Clock, ExpiryNeeded, RunRepository
+from ..storage.engine import (
     create_store_engine,
     enable_wal,
     is_sqlite,
     missing_sqlite_file,
 )
-from .errors import (
-    InvalidInputError,
-    SchemaOutOfDateError,
-    StoreFormatError,
-)
-from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from .failures import READ, database_errors
-from .journal import OperationLease, OperationStatus, RunEvent, RunProjection
-from .journal.validation import require_clock, require_root_hash
-from .journal.values import ApprovalProof, BindDelivery
-from .journal.views import RunDetail, StoreCounts
-from .legacy import CADENCE_TABLE_NAMES
-from .repository import Clock, ExpiryNeeded, RunRepository
-from .runner import Runner
-from .schema import (
+from ..storage.failures import READ, database_errors
+from ..storage.legacy import CADENCE_TABLE_NAMES
+from ..storage.schema import (
     VERSION_TABLE,
     require_schema_name,
     schema_options,
     upgrade,
     upgrade_command,
 )
-from .shape import assert_store_ready
+from ..storage.shape import assert_store_ready
+from ..telemetry import instrument
+from . import calls
+from .direct_write import lends_freely
+from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from .runner import Runner
 from .state_root import (
     StateRoot,
     create_database_file,
     prepare_state_root,
     secure_database_files,
 )
-from .telemetry import instrument
 from .unit_of_work import UnitOfWork
 
 Write = Callable[[Session], object]
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _as_method(call: Callable[..., R], model: Callable[..., object], qualname: str) -> None:
+    """Name, document and sign `call` as the method `model` describes (with `self`)."""
+    call.__name__ = model.__name__
+    call.__qualname__ = qualname
+    call.__doc__ = model.__doc__
+    signature = inspect.signature(model)
+    parameters = list(signature.parameters.values())
+    if not parameters or parameters[0].name != "self":
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        parameters = [self_parameter, *parameters]
+    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=_result_annotation(signature)
+    )
+
+
+def _result_annotation(signature: inspect.Signature) -> Any:
+    """`Call[X]` / `HostCall[X]` -> `X` (what the store's method returns)."""
+    annotation = signature.return_annotation
+    if isinstance(annotation, str) and annotation.endswith("]") and "Call[" in annotation:
+        return annotation[annotation.index("[") + 1 : -1]
+    return annotation
+
+
+def _writes(describe: Callable[P, calls.Call[R]]) -> Callable[Concatenate[RunStore, P], R]:
+    """A write of the store: the description's work on the primary, with its re-run."""
+
+    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        described = describe(*args, **kwargs)
+        return self.runner.write(described.work, described.rerun)
+
+    _as_method(call, describe, f"RunStore.{describe.__name__}")
+    return call
+
+
+def _hosts(describe: Callable[P, calls.HostCall[R]]) -> Callable[Concatenate[RunStore, P], R]:
+    """A write that runs host code: the description with its `write` called in the call's
+    transaction (retried and re-run as a whole)."""
+
+    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        described = describe(*args, **kwargs).synchronous()
+        return self.runner.write(described.work, described.rerun, host_code=True)
+
+    _as_method(call, describe, f"RunStore.{describe.__name__}")
+    return call
+
+
+def _reads(
+    method: Callable[Concatenate[RunRepository, P], R],
+) -> Callable[Concatenate[RunStore, P], R]:
+    """A read of the store: the repository's method in one snapshot."""
+
+    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.runner.read(lambda runs: method(runs, *args, **kwargs))
+
+    _as_method(call, method, f"RunStore.{method.__name__}")
+    return call
 
 
 @instrument
@@ -170,7 +232,7 @@ class RunStore:
         engine = create_store_engine(prepared.database_url)
         try:
             with engine.connect() as connection:
-                tables = set(inspect(connection).get_table_names())
+                tables = set(inspect_database(connection).get_table_names())
                 connection.rollback()
             # A private file is the store's alone: tables that are neither cadence 1.x's
             # nor ours mean it is something else (cadence 1.x refused it too).
@@ -247,144 +309,24 @@ class RunStore:
         `read_bind` when given; `runs` must not write)."""
         return self.runner.reading()
 
-    # -- runs and their journal ------------------------------------------------------------
+    # -- runs and their journal: each call made of its description (`calls.py`) ----------
 
-    def start_run(
-        self,
-        stage: str,
-        *,
-        operation_id: str,
-        change: str | None = None,
-        provisional_key: str | None = None,
-        provisional_aliases: Iterable[str] | None = None,
-    ) -> RunProjection:
-        """Start a run of `stage` (or return the run its keys already name)."""
-        call = calls.start_run(stage, operation_id, change, provisional_key, provisional_aliases)
-        return self.runner.write(call.work, call.rerun)
-
-    def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
-        """Bind a change name to a run started without one."""
-        return self.runner.write(
-            lambda runs: runs.bind_change(run_id, change, operation_id=operation_id)
-        )
-
-    def bind_delivery(
-        self,
-        run_id: str,
-        gate: str,
-        revision: int,
-        receipt_hash: str,
-        *,
-        operation_id: str,
-        approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """Record the gate receipt a run was admitted under."""
-        call = calls.bind_delivery(
-            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
-        )
-        return self.runner.write(call.work, call.rerun)
-
-    def bind_delivery_atomically(
-        self,
-        run_id: str,
-        gate: str,
-        revision: int,
-        receipt_hash: str,
-        *,
-        operation_id: str,
-        write: Write,
-        approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """`bind_delivery`, and `write(session)` in the same transaction.
-
-        `write` runs only when the call appends the event: a replayed operation id, or a
-        binding already stored with this receipt, returns the projection without it.
-        """
-        host = calls.bind_delivery_atomically(
-            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease, write
-        )
-        call = host.with_write(write)
-        return self.runner.write(call.work, call.rerun, host_code=True)
-
-    def bind_deliveries_atomically(
-        self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: Write
-    ) -> RunProjection:
-        """Several bindings of one run (one lease), and `write(session)`, in one transaction.
-
-        `write` runs once when at least one input appends an event, not at all when every
-        input replays.
-        """
-        call = calls.bind_deliveries_atomically(inputs, write).with_write(write)
-        return self.runner.write(call.work, call.rerun, host_code=True)
-
-    def transition(
-        self,
-        run_id: str,
-        to: str,
-        *,
-        operation_id: str,
-        code: str | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """Move a run to state `to` (one event); `code`: the pause code of a pause."""
-        call = calls.transition(run_id, to, operation_id, code, lease)
-        return self.runner.write(call.work, call.rerun)
-
-    def transition_atomically(
-        self,
-        run_id: str,
-        to: str,
-        *,
-        operation_id: str,
-        write: Write,
-        code: str | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """`transition`, and `write(session)` in the same transaction.
-
-        A replayed operation id returns its recorded projection without calling `write`
-        (as cadence 1.x did).
-        """
-        host = calls.transition_atomically(run_id, to, operation_id, code, lease, write)
-        call = host.with_write(write)
-        return self.runner.write(call.work, call.rerun, host_code=True)
+    start_run = _writes(calls.start_run)
+    bind_change = _writes(calls.bind_change)
+    bind_delivery = _writes(calls.bind_delivery)
+    bind_delivery_atomically = _hosts(calls.bind_delivery_atomically)
+    bind_deliveries_atomically = _hosts(calls.bind_deliveries_atomically)
+    transition = _writes(calls.transition)
+    transition_atomically = _hosts(calls.transition_atomically)
 
     # -- leases ------------------------------------------------------------------------------
 
-    def acquire_lease(
-        self,
-        run_id: str,
-        operation_id: str,
-        ttl_ms: int,
-        *,
-        preempt: bool = False,
-        exclusive: bool = False,
-    ) -> OperationLease:
-        """Grant a lease on `operation_id` for `ttl_ms` milliseconds (with a new fence)."""
-        call = calls.acquire_lease(run_id, operation_id, ttl_ms, preempt, exclusive)
-        return self.runner.write(call.work, call.rerun)
-
-    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
-        """Extend a live lease to `ttl_ms` from now (same token and fence)."""
-        return self.runner.write(lambda runs: runs.renew_lease(lease, ttl_ms))
-
-    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Raise `lease-fenced` unless `lease` is the live lease of its operation."""
-        self.runner.write(lambda runs: runs.assert_lease(lease))
-
-    def commit_lease(
-        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Finish a live lease with its recorded `outcome` (returned as stored)."""
-        call = calls.commit_lease(lease, outcome)
-        return self.runner.write(call.work, call.rerun)
-
-    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Give a live lease up; the operation may be acquired again."""
-        call = calls.interrupt_lease(lease)
-        self.runner.write(call.work, call.rerun)
+    acquire_lease = _writes(calls.acquire_lease)
+    renew_lease = _writes(calls.renew_lease)
+    assert_lease = _writes(calls.assert_lease)
+    commit_lease = _writes(calls.commit_lease)
+    interrupt_lease = _writes(calls.interrupt_lease)
+    recover_expired_leases = _writes(calls.recover_expired_leases)
 
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
         """The state of an operation (None if unknown); an expired lease is marked
@@ -398,69 +340,18 @@ class RunStore:
                 pass  # an expired lease is marked interrupted: that is a write
         return self.runner.write(lambda runs: runs.inspect_operation(run_id, operation_id))
 
-    def recover_expired_leases(self) -> int:
-        """Mark every expired lease interrupted; returns how many."""
-        return self.runner.write(lambda runs: runs.recover_expired_leases())
+    # -- reading: the repository's reads, each in one snapshot (on `read_bind` if given) ----
 
-    # -- reading (one snapshot each) ---------------------------------------------------------
-
-    def status(self, run_id: str) -> RunProjection:
-        """The run's stored projection."""
-        return self.runner.read(lambda runs: runs.status(run_id))
-
-    def list_events(self, run_id: str) -> list[RunEvent]:
-        """The run's events in sequence order."""
-        return self.runner.read(lambda runs: runs.list_events(run_id))
+    status = _reads(RunRepository.status)
+    list_events = _reads(RunRepository.list_events)
+    rebuild_projection = _reads(RunRepository.rebuild_projection)
+    verify_integrity = _reads(RunRepository.verify_integrity)
+    run_ids = _reads(RunRepository.run_ids)
+    list_runs = _reads(RunRepository.list_runs)
+    run_detail = _reads(RunRepository.run_detail)
+    counts = _reads(RunRepository.counts)
 
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         """The run's events, streamed in batches from one snapshot."""
         with self.runner.reading() as runs:
             yield from runs.iter_events(run_id)
-
-    def rebuild_projection(self, run_id: str) -> RunProjection:
-        """The run's projection replayed from its events (the stored one is not used)."""
-        return self.runner.read(lambda runs: runs.rebuild_projection(run_id))
-
-    def verify_integrity(self, run_id: str) -> RunProjection:
-        """Check the run's whole chain, receipts and projection; raises on damage."""
-        return self.runner.read(lambda runs: runs.verify_integrity(run_id))
-
-    def run_ids(self) -> list[str]:
-        """Every run id, in order."""
-        return self.runner.read(lambda runs: runs.run_ids())
-
-    def list_runs(
-        self,
-        *,
-        stage: str | Iterable[str] | None = None,
-        state: str | Iterable[str] | None = None,
-        change: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-        root_hash: str | None = None,
-        updated_after: int | None = None,
-        updated_before: int | None = None,
-    ) -> list[RunProjection]:
-        """Stored projections of the matching runs in run id order (see
-        `RunRepository.list_runs`); page with `limit` and `after=page[-1].run_id`;
-        `updated_after` / `updated_before`: last appended to after / before (ms)."""
-        return self.runner.read(
-            lambda runs: runs.list_runs(
-                stage=stage,
-                state=state,
-                change=change,
-                limit=limit,
-                after=after,
-                root_hash=root_hash,
-                updated_after=updated_after,
-                updated_before=updated_before,
-            )
-        )
-
-    def run_detail(self, run_id: str) -> RunDetail:
-        """Projection, delivery binding rows, operations and state timeline of one run."""
-        return self.runner.read(lambda runs: runs.run_detail(run_id))
-
-    def counts(self) -> StoreCounts:
-        """Rows of runs, events, operations and bindings, and runs per state."""
-        return self.runner.read(lambda runs: runs.counts())

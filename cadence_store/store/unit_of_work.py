@@ -21,15 +21,21 @@ from typing import Self
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from .engine import begin_write
-from .errors import StoreUnavailableError
-from .failures import WRITE, database_errors, host_errors, is_database_error, translate_host_error
-from .journal.validation import require_clock, require_root_hash
-from .repository import Clock, RunRepository
-from .schema import require_schema_name
-from .shape import assert_store_ready
-from .telemetry import instrument_unit_of_work
-from .transaction import JournalTransaction
+from ..errors import StoreUnavailableError
+from ..journal.validation import require_clock, require_root_hash
+from ..repository.run_repository import Clock, RunRepository
+from ..repository.transaction import JournalTransaction
+from ..storage.engine import begin_write
+from ..storage.failures import (
+    WRITE,
+    database_errors,
+    host_errors,
+    is_database_error,
+    translate_host_error,
+)
+from ..storage.schema import require_schema_name
+from ..storage.shape import assert_store_ready
+from ..telemetry import instrument_unit_of_work
 
 
 def host_session(connection: Connection) -> Session:

@@ -36,13 +36,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.base import NestedTransaction
 from sqlalchemy.orm import Session, SessionTransaction
 
-from .dialects import DialectProfile, profile_of
-from .engine import begin_immediate, begins_immediate
-from .errors import StoreUnavailableError, TransactionAbortedError
-from .failures import is_database_error
-from .journal.documents import Document, parse_document
-from .shape import assert_store_ready
-from .sql import Statements
+from ..errors import StoreUnavailableError, TransactionAbortedError
+from ..journal.documents import Document, parse_document
+from ..storage.dialects import DialectProfile, profile_of
+from ..storage.engine import begin_immediate, begins_immediate
+from ..storage.failures import is_database_error
+from ..storage.shape import assert_store_ready
+from ..storage.statements import Statements
 
 
 @dataclass(slots=True)

@@ -1,0 +1,5 @@
+"""The storage layer: the tables, their statements, the dialects, schema and engines.
+
+It knows SQL and the two engines, and nothing of runs' rules beyond the rows; the layers
+above (`repository`, then `store`) import it, never the other way round.
+"""

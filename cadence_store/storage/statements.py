@@ -1,0 +1,237 @@
+"""Typed statements, compiled once per dialect, run on the DB-API cursor.
+
+A statement is a module-level object: a `Query` (a select, with the type of its rows) or
+a `Write` (an insert, update or upsert, answering a row count). Each is written as
+SQLAlchemy Core against the models' tables (so it follows the schema and never formats
+caller data into SQL: values are bound parameters), compiled once per (dialect, schema
+map), and then executed on the raw DB-API cursor of the transaction's connection. That
+skips SQLAlchemy's per-execution work (cache-key generation, result processing), which
+was most of an append's cost; the statements themselves are unchanged.
+
+The statements live beside the tables they touch: `run_statements` (heads, operations,
+leases, bindings, verification), `append_statements`, `read_statements`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+
+SchemaMap = tuple[tuple[str | None, str | None], ...]
+Row = TypeVar("Row", bound=tuple[Any, ...])
+
+# where cadence-store's tables are on PostgreSQL when no schema is named
+DEFAULT_PG_SCHEMA: Final = "public"
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Query(Generic[Row]):
+    """A select and the type of its rows (a NamedTuple of `rows`, its columns by name)."""
+
+    name: str  # for messages and tests
+    build: Callable[[str], ClauseElement]  # dialect name -> Core statement
+    row: Callable[..., Row]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Write:
+    """An insert, update or upsert: it answers the count of rows written."""
+
+    name: str
+    build: Callable[[str], ClauseElement]
+
+
+Statement = Query[Any] | Write
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStatement:
+    text: str
+    positions: tuple[str, ...] | None  # parameter order for positional paramstyles
+    constants: dict[str, Any]  # values the statement itself binds (e.g. state='committed')
+    _pick: Callable[[Mapping[str, Any]], Any] | None = None  # positions, as one C call
+
+    def arguments(self, params: Mapping[str, Any]) -> Any:
+        values = {**self.constants, **params} if self.constants else params
+        if self._pick is None:
+            return values
+        return self._pick(values)
+
+
+_stream_ids = itertools.count()
+# (dialect, driver, paramstyle, schema map) -> statement -> compiled statement
+_cache: dict[tuple[str, str, str, SchemaMap], dict[Statement, CompiledStatement]] = {}
+_cache_lock: Final = threading.Lock()
+
+
+def _compiled_statements(
+    dialect: Dialect, schema_map: SchemaMap
+) -> dict[Statement, CompiledStatement]:
+    """The statements compiled so far for one dialect and schema map (filled on use)."""
+    key = (dialect.name, str(dialect.driver), str(dialect.paramstyle), schema_map)
+    statements = _cache.get(key)
+    if statements is None:
+        with _cache_lock:
+            statements = _cache.setdefault(key, {})
+    return statements
+
+
+def _compiled(dialect: Dialect, statement: Statement, schema_map: SchemaMap) -> CompiledStatement:
+    statements = _compiled_statements(dialect, schema_map)
+    cached = statements.get(statement)
+    if cached is None:
+        cached = statements[statement] = compile_statement(statement, dialect, schema_map)
+    return cached
+
+
+def _picker(positions: tuple[str, ...] | None) -> Callable[[Mapping[str, Any]], Any] | None:
+    """The positional arguments' tuple from a mapping of named values."""
+    if positions is None:
+        return None
+    if not positions:
+        return lambda _values: ()
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda values: (values[only],)
+    return operator.itemgetter(*positions)
+
+
+def compile_statement(
+    statement: Statement, dialect: Dialect, schema_map: SchemaMap = ()
+) -> CompiledStatement:
+    options: dict[str, Any] = {}
+    if schema_map:
+        options = {"schema_translate_map": dict(schema_map), "render_schema_translate": True}
+    compiled: Any = statement.build(dialect.name).compile(dialect=dialect, **options)
+    positions = tuple(compiled.positiontup or ()) if compiled.positional else None
+    # binds that carry their own value (literals, `values(x=None)`), not caller parameters
+    constants = {
+        name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+    }
+    return CompiledStatement(compiled.string, positions, constants, _picker(positions))
+
+
+class _ObservedCursor:
+    """The cursor API the statements use, run through the `Connection` (its cursor
+    events fire) instead of on the DB-API cursor."""
+
+    __slots__ = ("_connection", "_result")
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._result: Any = None
+
+    def execute(self, text: str, arguments: Any = None) -> None:
+        self._result = self._connection.exec_driver_sql(text, arguments)
+
+    def fetchone(self) -> Any:
+        return self._result.fetchone()
+
+    def fetchall(self) -> Any:
+        return self._result.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._result.rowcount)
+
+
+class Statements:
+    """Executes typed statements on one SQLAlchemy connection's DB-API cursor."""
+
+    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map", "writes")
+
+    def __init__(self, connection: Connection, schema: str | None = None) -> None:
+        """`schema`: where cadence-store's tables are (the connection's own statements,
+        a host's, are not translated)."""
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        self._bind(connection.dialect, raw, schema)
+        dispatch = connection.engine.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            # a host listens to the engine's statements: let it see the store's too
+            self._cursor = _ObservedCursor(connection)
+
+    @classmethod
+    def on_dbapi(cls, dialect: Dialect, raw: Any, schema: str | None = None) -> Statements:
+        """Statements on a DB-API connection checked out of the pool (no `Connection`)."""
+        statements = cls.__new__(cls)
+        statements._bind(dialect, raw, schema)
+        return statements
+
+    def _bind(self, dialect: Dialect, raw: Any, schema: str | None) -> None:
+        self._dialect = dialect
+        if schema is None and dialect.name == "postgresql":
+            # named, never left to the connection's search_path: a pooled server connection
+            # may carry another client's `SET search_path`
+            schema = DEFAULT_PG_SCHEMA
+        self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
+        self._compiled = _compiled_statements(dialect, self._schema_map)
+        self._raw = raw
+        self._cursor = raw.cursor()
+        self.writes = 0  # rows written so far (`journal_write` reads it)
+
+    @property
+    def dialect_name(self) -> str:
+        return str(self._dialect.name)
+
+    def begin_immediate(self) -> None:
+        """SQLite: begin a transaction holding the write lock (see `engine.begin_immediate`)."""
+        self._cursor.execute("BEGIN IMMEDIATE")
+
+    def _run(self, statement: Statement, params: Mapping[str, Any]) -> Any:
+        compiled = self._compiled.get(statement) or _compiled(
+            self._dialect, statement, self._schema_map
+        )
+        self._cursor.execute(compiled.text, compiled.arguments(params))
+        return self._cursor
+
+    def one(self, query: Query[Row], **params: Any) -> Row | None:
+        """The first row, as the query's row type (None: no row)."""
+        found = self._run(query, params).fetchone()
+        return None if found is None else query.row(*found)
+
+    def all(self, query: Query[Row], **params: Any) -> list[Row]:
+        row = query.row
+        return [row(*found) for found in self._run(query, params).fetchall()]
+
+    def raw_rows(self, query: Query[Row], **params: Any) -> list[tuple[Any, ...]]:
+        """`all` as the driver's plain tuples, for a reader that takes many rows by
+        position on purpose (a chain's events: a named row each costs verification time)."""
+        rows: list[tuple[Any, ...]] = self._run(query, params).fetchall()
+        return rows
+
+    def write(self, write: Write, **params: Any) -> int:
+        count: int = self._run(write, params).rowcount
+        if count > 0:
+            self.writes += count
+        return count
+
+    def stream(self, query: Query[Row], batch: int, **params: Any) -> Iterator[Row]:
+        """Rows in batches of `batch`, never the whole result at once (a server-side
+        cursor on PostgreSQL, whose client cursors would fetch everything)."""
+        statement = _compiled(self._dialect, query, self._schema_map)
+        args = statement.arguments(params)
+        row = query.row
+        raw = self._raw
+        if self._dialect.name == "postgresql":
+            # a named cursor is server-side (psycopg, and its async adapter: name positional)
+            cursor = raw.cursor(f"cadence_stream_{next(_stream_ids)}")
+        elif self._dialect.is_async:
+            # aiosqlite's adapter would otherwise fetch the whole result on execute
+            cursor = raw.cursor(server_side=True)
+        else:
+            cursor = raw.cursor()
+        try:
+            cursor.execute(statement.text, args)
+            while rows := cursor.fetchmany(batch):
+                yield from (row(*found) for found in rows)
+        finally:
+            cursor.close()
