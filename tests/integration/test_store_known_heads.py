@@ -18,7 +18,7 @@ from sqlalchemy import event, select, update
 from support import ROOT_HASH
 
 from cadence_store import InvalidTransitionError, OperationConflictError, RunStore
-from cadence_store.models import runs
+from cadence_store.storage.models import runs
 
 
 def _events_of(store, run_id):
