@@ -9,7 +9,7 @@ cursor by `storage.statements.Statements`, like the repository's own: SQLAlchemy
 `Connection.execute` would begin its own transaction, which on a `configure_engine`
 engine is a write lock (BEGIN IMMEDIATE) inside the read snapshot. A listing's statement
 depends on which filters it has, so each filter shape is a named statement of its own (a
-bounded number: stages x states x four optional filters), values always bound. """
+bounded number: stages x states x four optional filters), values always bound."""
 
 from __future__ import annotations
 
