@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from ..journal.values import BindDelivery
 from ..repository.run_repository import Clock, RunRepository
 from ..storage.failures import WRITE, database_errors
+from ..store.forwarding import as_method
 from ..telemetry import instrument_forwarding
 
 P = ParamSpec("P")
@@ -26,9 +27,7 @@ def _awaitable(
     async def call(self: AsyncRunRepository, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await self.run(lambda runs: method(runs, *args, **kwargs))
 
-    call.__name__ = method.__name__
-    call.__qualname__ = f"AsyncRunRepository.{method.__name__}"
-    call.__doc__ = method.__doc__
+    as_method(call, method, "AsyncRunRepository")
     return call
 
 

@@ -38,6 +38,7 @@ from ..storage.schema import require_schema_name, schema_options, upgrade_comman
 from ..storage.shape import assert_store_ready
 from ..store import calls
 from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from ..store.forwarding import as_method
 from ..store.run_store import RunStore
 from ..store.runner import busy_retry_delay
 from ..store.state_root import StateRoot
@@ -67,9 +68,7 @@ def _proxy(
         store = await self._ready_store()
         return await self._off_the_loop(functools.partial(method, store, *args, **kwargs))
 
-    call.__name__ = method.__name__
-    call.__qualname__ = f"AsyncRunStore.{method.__name__}"
-    call.__doc__ = method.__doc__
+    as_method(call, method, "AsyncRunStore")
     return call
 
 
@@ -82,9 +81,7 @@ def _hosts(
     async def call(self: AsyncRunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await self._host_call(describe(*args, **kwargs))
 
-    call.__name__ = describe.__name__
-    call.__qualname__ = f"AsyncRunStore.{describe.__name__}"
-    call.__doc__ = describe.__doc__
+    as_method(call, describe, "AsyncRunStore")
     return call
 
 

@@ -12,19 +12,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Self, TypeVar, Unpack
 
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from ..errors import StoreUnavailableError
-from ..journal.validation import require_clock, require_root_hash
-from ..repository.run_repository import Clock, RunRepository
+from ..repository.run_repository import RunRepository
 from ..repository.transaction import JournalTransaction
 from ..storage.failures import WRITE, database_errors, is_database_error, translate_host_error
-from ..storage.schema import require_schema_name
-from ..store.unit_of_work import finish, open_write_transaction, release, rollback_quietly
+from ..store.unit_of_work import (
+    JournalSettings,
+    UnitOfWorkState,
+    finish,
+    open_write_transaction,
+    release,
+    rollback_quietly,
+)
 from ..telemetry import instrument_unit_of_work
 from .repository import AsyncRunRepository
 
@@ -55,7 +60,7 @@ async def run_to_the_end(
 
 
 @instrument_unit_of_work
-class AsyncUnitOfWork:
+class AsyncUnitOfWork(UnitOfWorkState[AsyncEngine, AsyncRunRepository]):
     """One write transaction: `async with store.unit_of_work() as uow:` (see `UnitOfWork`).
 
     `uow.runs` is an `AsyncRunRepository`, `uow.session` an `AsyncSession` joined to the
@@ -66,44 +71,22 @@ class AsyncUnitOfWork:
         self,
         engine: AsyncEngine,
         *,
-        root_hash: str | None = None,
-        clock: Clock | None = None,
-        schema: str | None = None,
         prepare: Callable[[], Awaitable[None]] | None = None,
+        **settings: Unpack[JournalSettings],
     ) -> None:
-        """`schema`: the PostgreSQL schema of cadence-store's tables; the session's own
-        statements (a host's rows) are not redirected there. `prepare`: awaited before
-        the transaction begins (the store's first-use checks)."""
-        self._engine = engine
-        self._root_hash = None if root_hash is None else require_root_hash(root_hash)
-        self._clock = require_clock(clock)
-        self._schema = require_schema_name(schema)
+        """`prepare`: awaited before the transaction begins (the store's first-use checks);
+        `settings`: `UnitOfWork`'s (root_hash, clock, schema)."""
+        super().__init__(engine, **settings)
         self._prepare = prepare
         self._connection: AsyncConnection | None = None
-        self._transaction: JournalTransaction | None = None
         self._session: AsyncSession | None = None
-        self._runs: AsyncRunRepository | None = None
 
     @property
     def session(self) -> AsyncSession:
         """An `AsyncSession` joined to this transaction (made on first use)."""
-        if self._transaction is None:
-            raise StoreUnavailableError("unit-of-work-not-active")
-        self._transaction.session  # noqa: B018 (makes it, joined to the transaction)
+        self._open_transaction().session  # noqa: B018 (makes it, joined to the transaction)
         assert self._session is not None
         return self._session
-
-    @property
-    def dialect_name(self) -> str:
-        """The engine's name (`sqlite`, `postgresql`)."""
-        return str(self._engine.dialect.name)
-
-    @property
-    def runs(self) -> AsyncRunRepository:
-        """The journal inside this unit of work's transaction."""
-        if self._runs is None:
-            raise StoreUnavailableError("unit-of-work-not-active")
-        return self._runs
 
     def _host_session(self, _connection: Connection) -> Session:
         assert self._connection is not None

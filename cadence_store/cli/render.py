@@ -22,22 +22,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..errors import (
-    CadenceStoreError,
-    HostWriteError,
-    InvalidInputError,
-    InvalidTransitionError,
-    JournalIntegrityError,
-    LeaseFencedError,
-    MigrationError,
-    OperationConflictError,
-    RunNotFoundError,
-    SchemaOutOfDateError,
-    StateRootError,
-    StoreBusyError,
-    StoreFormatError,
-    StoreUnavailableError,
-)
+from .. import errors
 from ..journal.views import RunDetail
 from ..journal.vocabulary import LeaseStanding
 from ..storage.engine import is_secret_parameter, masked_url
@@ -62,16 +47,19 @@ _WITHHELD: Final = "(details withheld: they may contain a credential)"
 _MAX_DETAIL: Final = 300
 
 
-def exit_code(error: CadenceStoreError) -> int:
+def exit_code(error: errors.CadenceStoreError) -> int:
     """0 ok, 1 corruption found, 2 usage or invalid input, 3 store refused or unavailable.
 
     A fenced (expired, replaced or already committed) lease is the store refusing a
     holder it no longer recognises, not a usage error: exit 3."""
-    if isinstance(error, JournalIntegrityError):
+    if isinstance(error, errors.JournalIntegrityError):
         return EXIT_CORRUPT
     if isinstance(
         error,
-        InvalidInputError | RunNotFoundError | OperationConflictError | InvalidTransitionError,
+        errors.InvalidInputError
+        | errors.RunNotFoundError
+        | errors.OperationConflictError
+        | errors.InvalidTransitionError,
     ):
         return EXIT_INPUT
     return EXIT_STORE
@@ -98,9 +86,28 @@ def scrub(text: str, urls: Iterable[str] = ()) -> str:
     return _QUERY_SECRET.sub(r"\g<key>***", text)
 
 
-def hint(error: CadenceStoreError) -> str:
+# what to do about a whole class of errors (after the codes that say more)
+_CLASS_HINTS: Final[tuple[tuple[type[errors.CadenceStoreError], str], ...]] = (
+    (
+        errors.StoreUnavailableError,
+        "check the database URL, that the server is reachable and the file is writable",
+    ),
+    (
+        errors.StateRootError,
+        "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
+        "the current directory, owned by you, with no symlinked component (or pass --url)",
+    ),
+    (
+        errors.JournalIntegrityError,
+        "the journal does not verify; see `cadence-store verify` and restore from a backup",
+    ),
+    (errors.RunNotFoundError, "no run has that id; list them with `cadence-store runs`"),
+)
+
+
+def hint(error: errors.CadenceStoreError) -> str:
     """What to do about an expected failure, in one line."""
-    if isinstance(error, SchemaOutOfDateError):
+    if isinstance(error, errors.SchemaOutOfDateError):
         command = error.command
         if "postgresql" in command and "--url" in command and "--schema" not in command:
             # the store may be in a schema this command was not told about
@@ -109,13 +116,13 @@ def hint(error: CadenceStoreError) -> str:
                 "schema, repeat this command with --schema NAME)"
             )
         return f"run: {error.command}"
-    if isinstance(error, StoreFormatError):
+    if isinstance(error, errors.StoreFormatError):
         return error.hint
-    if isinstance(error, MigrationError):
+    if isinstance(error, errors.MigrationError):
         return "the upgrade was rolled back and nothing changed; fix the cause and run it again"
-    if isinstance(error, StoreBusyError):
+    if isinstance(error, errors.StoreBusyError):
         return "another writer is holding the store; retry in a moment"
-    if isinstance(error, HostWriteError):
+    if isinstance(error, errors.HostWriteError):
         return "the database refused the host's own row; nothing was kept: fix the row"
     if error.code == "run-store-auth-failed":
         return (
@@ -129,26 +136,18 @@ def hint(error: CadenceStoreError) -> str:
             "the database refused a statement of cadence-store's (a missing or altered "
             "table?); nothing was kept: check `cadence-store info` and restore the schema"
         )
-    if isinstance(error, StoreUnavailableError):
-        return "check the database URL, that the server is reachable and the file is writable"
-    if isinstance(error, StateRootError):
-        return (
-            "check $XDG_STATE_HOME / $HOME: the state root must be a real directory outside "
-            "the current directory, owned by you, with no symlinked component (or pass --url)"
-        )
-    if isinstance(error, JournalIntegrityError):
-        return "the journal does not verify; see `cadence-store verify` and restore from a backup"
-    if isinstance(error, RunNotFoundError):
-        return "no run has that id; list them with `cadence-store runs`"
-    if isinstance(error, LeaseFencedError):
+    for error_type, text in _CLASS_HINTS:
+        if isinstance(error, error_type):
+            return text
+    if isinstance(error, errors.LeaseFencedError):
         if error.detail and "already committed" in error.detail:
             return "nothing to do: a new lease on it would start the operation again"
         return (
             "that lease expired or was replaced; acquire a new one (`cadence-store lease acquire`)"
         )
-    if isinstance(error, InvalidTransitionError):
+    if isinstance(error, errors.InvalidTransitionError):
         return "the run's state does not allow that; see `cadence-store show RUN_ID`"
-    if isinstance(error, OperationConflictError):
+    if isinstance(error, errors.OperationConflictError):
         if error.code == "operation-already-running":
             return (
                 "that operation is running under a live lease: wait for it (`cadence-store "
@@ -164,19 +163,19 @@ def hint(error: CadenceStoreError) -> str:
             "a change is 1-128 characters of a-z, 0-9 and '-', starting and ending with a "
             "letter or digit (e.g. add-login)"
         )
-    if isinstance(error, InvalidInputError):
+    if isinstance(error, errors.InvalidInputError):
         return "check the arguments (see --help)"
     return "see `cadence-store --help`"
 
 
-def error_lines(error: CadenceStoreError, urls: Iterable[str] = ()) -> list[str]:
+def error_lines(error: errors.CadenceStoreError, urls: Iterable[str] = ()) -> list[str]:
     """`error: <code>`, then the (scrubbed) detail and what to do."""
     known = list(urls)
     lines = [f"error: {scrub(error.code, known)}"]
     if error.detail:
         detail = " ".join(scrub(str(error.detail), known).split())
         # an upgrade detail ends with the command, which the hint line repeats
-        if isinstance(error, SchemaOutOfDateError):
+        if isinstance(error, errors.SchemaOutOfDateError):
             detail = detail.removesuffix(f"; run: {scrub(error.command, known)}")
         if len(detail) > _MAX_DETAIL:
             detail = detail[: _MAX_DETAIL - 3] + "..."
@@ -197,7 +196,7 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def echo_error(error: CadenceStoreError, urls: Iterable[str] = ()) -> int:
+def echo_error(error: errors.CadenceStoreError, urls: Iterable[str] = ()) -> int:
     for line in error_lines(error, urls):
         click.echo(printable(line), err=True)
     return exit_code(error)

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Final, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
@@ -40,7 +41,7 @@ from ..storage.append_statements import (
     UPSERT_RECEIPT,
 )
 from ..storage.failures import WRITE, coded
-from ..storage.rows import OperationRow, TimedOperationRow
+from ..storage.rows import OperationRow
 from ..storage.run_statements import (
     ADVISORY_LOCK,
     HEAD,
@@ -82,20 +83,19 @@ def expiry(now: int, ttl: int) -> int:
     return expires_at
 
 
+@dataclass(slots=True)
 class _NextEvent:
     """An event computed from a locked run's head, and the run's projection after it."""
 
-    __slots__ = ("document", "event_hash", "head", "payload_json", "projection_json", "type")
+    head: RunHead
+    type: str
+    payload_json: str
+    event_hash: str
+    document: Document
+    projection_json: str = field(init=False)
 
-    def __init__(
-        self, head: RunHead, type_: str, payload_json: str, event_hash: str, document: Document
-    ) -> None:
-        self.head = head
-        self.type = type_
-        self.payload_json = payload_json
-        self.event_hash = event_hash
-        self.document = document
-        self.projection_json = js_stringify(document)
+    def __post_init__(self) -> None:
+        self.projection_json = js_stringify(self.document)
 
     def parameters(self) -> dict[str, Any]:
         """The bound values of the append's statements (`storage/statements.py`), by name."""
@@ -193,9 +193,6 @@ class RepositoryCore:
     def _read_statements(self) -> Statements:
         return self.transaction.statements(write=False)
 
-    def _on_postgresql(self) -> bool:
-        return self.transaction.profile.name == "postgresql"
-
     def _now(self) -> int:
         now = self._clock()
         if isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now):
@@ -210,7 +207,7 @@ class RepositoryCore:
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
         callers run on many machines, unless the caller gave its own `clock=`."""
-        return not self._explicit_clock and self._on_postgresql()
+        return not self._explicit_clock and self.transaction.profile.server_clock
 
     def _require_root(self) -> str:
         if self.root_hash is None:
@@ -218,7 +215,7 @@ class RepositoryCore:
         return self.root_hash
 
     def _advisory_locks(self, sql: Statements, keys: Iterable[str]) -> None:
-        if self._on_postgresql():
+        if self.transaction.profile.advisory_locks:
             for key in sorted(set(keys)):
                 sql.one(ADVISORY_LOCK, key=_advisory_key(key))
 
@@ -260,7 +257,7 @@ class RepositoryCore:
 
     def _timed_operation(
         self, sql: Statements, run_id: str, operation_id: str, *, lock: bool
-    ) -> tuple[OperationRow | TimedOperationRow | None, int | None]:
+    ) -> tuple[OperationRow | None, int | None]:
         """The operation row and the lease time to judge it by: the server's clock, read
         in the same statement (after the row lock), or the caller's clock."""
         if not self._server_clock():
@@ -271,7 +268,7 @@ class RepositoryCore:
             run_id=run_id,
             operation_id=operation_id,
         )
-        return (None, None) if timed is None else (timed, int(timed.now))
+        return (None, None) if timed is None else timed
 
     # -- receipts ----------------------------------------------------------------------
 
@@ -344,7 +341,7 @@ class RepositoryCore:
         params["now"] = self._append_now()
         if known:
             params["prior_projection_json"] = event.head.projection_json
-        if sql.dialect_name == "postgresql":
+        if sql.profile.one_statement_append:
             found = sql.one(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, **params)
             appended = found is not None and found.advanced == 1
         else:

@@ -29,7 +29,7 @@ from ..journal.validation import (
 from ..journal.views import lease_standing
 from ..journal.vocabulary import COMMITTED, INTERRUPTED, RUNNING, LeaseStanding
 from ..storage.failures import READ, database_errors
-from ..storage.rows import OperationRow, TimedOperationRow
+from ..storage.rows import OperationRow
 from ..storage.run_statements import (
     EXPIRE_LEASE,
     EXPIRE_LEASES,
@@ -64,9 +64,7 @@ def fenced(lease: OperationLease, reason: str) -> LeaseFencedError:
     return LeaseFencedError("lease-fenced")
 
 
-def _fence_reason(
-    row: OperationRow | TimedOperationRow | None, lease: OperationLease, now: int | None
-) -> str:
+def _fence_reason(row: OperationRow | None, lease: OperationLease, now: int | None) -> str:
     if row is None or now is None:
         return "no such lease"
     if row.state != RUNNING:
@@ -76,7 +74,7 @@ def _fence_reason(
     return f"it expired at {row.lease_expires_at} ms (now {now} ms)"
 
 
-def standing(row: OperationRow | TimedOperationRow, now: int) -> LeaseStanding:
+def standing(row: OperationRow, now: int) -> LeaseStanding:
     """The lease standing of an operation row at lease time `now` (`lease_standing`, the
     one rule every lease call and the read side judge by)."""
     return lease_standing(row.state, bool(row.lease_token), row.lease_expires_at, now)
@@ -90,9 +88,7 @@ def new_lease_token() -> str:
 class LeaseRules(RepositoryCore):
     """The lease calls of `RunRepository`."""
 
-    def _assert_live(
-        self, sql: Statements, lease: OperationLease
-    ) -> tuple[OperationRow | TimedOperationRow, int]:
+    def _assert_live(self, sql: Statements, lease: OperationLease) -> tuple[OperationRow, int]:
         """The locked row of `lease`'s operation and the lease time it was judged at, or
         `lease-fenced`. The token decides which grant is live (no clock involved); the
         lease time decides only whether that grant has expired."""

@@ -30,6 +30,10 @@ from .core import EVENT_BATCH, RepositoryCore
 logger = logging.getLogger(__name__)
 
 
+# `iter_event_rows`' columns, as `RunEvent` names them
+_EVENT_FIELDS = ("sequence", "type", "payload", "prior_hash", "hash", "recorded_at")
+
+
 class RunReading(RepositoryCore):
     """The reading and verifying calls of `RunRepository`."""
 
@@ -71,23 +75,10 @@ class RunReading(RepositoryCore):
         """The run's events in sequence order, read in batches."""
         require_run_id(run_id)
         self._require_head(self._read_statements(), run_id, lock=False)
-        for (
-            sequence,
-            type_,
-            payload_json,
-            prior_hash,
-            event_hash,
-            recorded_at,
-        ) in self.iter_event_rows(run_id):
-            payload = event_payload(payload_json, run_id, sequence)
-            yield RunEvent.model_construct(
-                sequence=sequence,
-                type=type_,
-                payload=payload,
-                prior_hash=prior_hash,
-                hash=event_hash,
-                recorded_at=recorded_at,
-            )
+        for row in self.iter_event_rows(run_id):
+            fields = dict(zip(_EVENT_FIELDS, row, strict=True))
+            fields["payload"] = event_payload(fields["payload"], run_id, fields["sequence"])
+            yield RunEvent.model_construct(**fields)
 
     @coded(READ)
     def list_events(self, run_id: str) -> list[RunEvent]:

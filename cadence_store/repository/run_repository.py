@@ -199,29 +199,25 @@ class RunRepository(LeaseRules, RunReading):
         created = apply_event(None, 1, RUN_CREATED, payload, event_hash)
         assert created is not None
         projection_json = js_stringify(created)
-        sql.write(
-            INSERT_RUN,
-            run_id=run_id,
-            root_hash=root_hash,
-            stage=stage,
-            lookup_key=primary_key,
-            change_name=change,
-            provisional_key=provisional_key,
-            state=created["state"],
-            sequence=1,
-            event_hash=event_hash,
-            projection_json=projection_json,
-            now=self._append_now(),
-        )
-        sql.write(
-            INSERT_EVENT,
-            run_id=run_id,
-            sequence=1,
-            type=RUN_CREATED,
-            payload_json=js_stringify(payload),
-            prior_hash=ZERO_EVENT_HASH,
-            event_hash=event_hash,
-        )
+        # the run row and its first event, from one set of values (as an append's are)
+        first = {
+            "run_id": run_id,
+            "root_hash": root_hash,
+            "stage": stage,
+            "lookup_key": primary_key,
+            "change_name": change,
+            "provisional_key": provisional_key,
+            "state": created["state"],
+            "sequence": 1,
+            "type": RUN_CREATED,
+            "payload_json": js_stringify(payload),
+            "prior_hash": ZERO_EVENT_HASH,
+            "event_hash": event_hash,
+            "projection_json": projection_json,
+            "now": self._append_now(),
+        }
+        sql.write(INSERT_RUN, **first)
+        sql.write(INSERT_EVENT, **first)
         note_appended()
         self._record(sql, run_id, operation_id, START, projection_json)
         return built_projection(created)

@@ -239,7 +239,7 @@ class JournalTransaction:
             # once per engine: a store not at head, or drifted from the models, is refused
             assert_store_ready(connection, self.schema)
             self._ready = True
-        if write and self._connection is None and self.profile.name == "sqlite":
+        if write and self._connection is None and self.profile.begins_immediate:
             raw = connection.connection.dbapi_connection
             if (
                 raw is not None

@@ -33,7 +33,7 @@ from sqlalchemy.sql import ClauseElement, ColumnElement
 from ..journal.vocabulary import COMMITTED
 from .models import events, operations, runs
 from .rows import AppendedRow
-from .statements import Query, Write
+from .statements import Query, Write, bound
 
 RUN_MATCH: Final = runs.c.run_id == bindparam("run_id")
 OPERATION_MATCH: Final = (operations.c.run_id == bindparam("run_id")) & (
@@ -138,13 +138,15 @@ def advance_run(dialect_name: str) -> Update:
             runs.c.event_hash == bindparam("prior_hash"),
         )
         .values(
-            state=bindparam("state"),
-            sequence=bindparam("sequence"),
-            event_hash=bindparam("event_hash"),
-            delivery_revision=bindparam("delivery_revision"),
-            projection_json=bindparam("projection_json"),
-            terminal_tombstone=bindparam("terminal_tombstone"),
             updated_at=_not_before(dialect_name, runs.c.updated_at),
+            **bound(
+                "state",
+                "sequence",
+                "event_hash",
+                "delivery_revision",
+                "projection_json",
+                "terminal_tombstone",
+            ),
         )
     )
 
@@ -222,11 +224,8 @@ APPEND_RECORDED_KNOWN: Final = Query(
 INSERT_RECEIPT: Final = Write(
     "insert_receipt",
     lambda _: operations.insert().values(
-        run_id=bindparam("run_id"),
-        operation_id=bindparam("operation_id"),
-        kind=bindparam("kind"),
         # named apart from the run's `state`, bound by the same append
         state=bindparam("receipt_state", COMMITTED),
-        outcome_json=bindparam("outcome_json"),
+        **bound("run_id", "operation_id", "kind", "outcome_json"),
     ),
 )

@@ -15,10 +15,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from . import sqlite_pragmas as pragmas
 from .engine import is_sqlite
-from .legacy import quote
-
-ForeignKey = tuple[str, str, str, str]  # (column, referred table, referred column, ON DELETE)
+from .sqlite_pragmas import ForeignKey
 
 
 @dataclass
@@ -61,37 +60,25 @@ def _rows(connection: Connection, sql: str, params: Any = ()) -> list[Sequence[A
 
 
 def _sqlite_tables(connection: Connection, tables: list[str]) -> dict[str, FoundTable]:
-    present = {
-        str(row[0])
-        for row in _rows(connection, "SELECT name FROM sqlite_master WHERE type = 'table'")
-    }
+    query = pragmas.query_of(connection)
+    present = pragmas.table_names(query)
     found: dict[str, FoundTable] = {}
     for name in tables:
         if name not in present:
             continue
         table = found[name] = FoundTable()
-        # table_info: cid, name, type, notnull, dflt_value, pk
-        info = _rows(connection, f"PRAGMA table_info({quote(name)})")
-        for _cid, column, declared, notnull, default, _pk in info:
-            table.columns[str(column)] = Column(
-                type_family(str(declared)), not notnull, default is not None
+        info = pragmas.columns(query, name)
+        for column in info:
+            table.columns[str(column.name)] = Column(
+                type_family(str(column.type)), not column.notnull, column.default is not None
             )
-        table.primary_key = frozenset(str(row[1]) for row in info if row[5])
-        # index_list: seq, name, unique, origin, partial
-        for _seq, index, unique, _origin, *_ in _rows(
-            connection, f"PRAGMA index_list({quote(name)})"
-        ):
-            columns = tuple(
-                str(row[2]) for row in _rows(connection, f"PRAGMA index_info({quote(str(index))})")
-            )
+        table.primary_key = frozenset(str(column.name) for column in info if column.pk)
+        for index in pragmas.indexes(query, name):
+            columns = pragmas.index_columns(query, index.name)
             table.indexes.add(columns)
-            if unique:
+            if index.unique:
                 table.unique_keys.add(frozenset(columns))
-        # foreign_key_list: id, seq, table, from, to, on_update, on_delete, match
-        table.foreign_keys = {
-            (str(r[3]), str(r[2]), str(r[4]), str(r[6]).upper())
-            for r in _rows(connection, f"PRAGMA foreign_key_list({quote(name)})")
-        }
+        table.foreign_keys = pragmas.foreign_keys(query, name)
     return found
 
 

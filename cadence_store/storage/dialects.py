@@ -1,11 +1,16 @@
-"""What differs between SQLite and PostgreSQL for a transaction, held in one profile each.
+"""What differs between SQLite and PostgreSQL for the journal, held in one profile each.
 
-A profile answers from the DB-API connection (or an async driver's adapter of it), never
-through SQLAlchemy's wrapping, so it costs an attribute read on the hot path.
+The repository and the store ask the profile, never the dialect's name: how a write
+transaction takes its lock, whose clock judges a lease, whether keys are serialised by
+advisory locks, whether an append's three writes are one statement, where the tables are
+when no schema is named, how a long result is streamed, and what a transaction's state
+is. A profile answers from the DB-API connection (or an async driver's adapter of it),
+never through SQLAlchemy's wrapping, so it costs an attribute read on the hot path.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -55,9 +60,22 @@ def _always_in_transaction(_raw: Any) -> bool:
     return True
 
 
+def _plain_cursor(raw: Any, is_async: bool) -> Any:
+    # aiosqlite's adapter would otherwise fetch the whole result on execute
+    return raw.cursor(server_side=True) if is_async else raw.cursor()
+
+
+def _named_cursor(raw: Any, _is_async: bool) -> Any:
+    # a named cursor is server-side (psycopg, and its async adapter: name positional)
+    return raw.cursor(f"cadence_stream_{next(_stream_ids)}")
+
+
+_stream_ids = itertools.count()
+
+
 @dataclass(frozen=True, slots=True)
 class DialectProfile:
-    """One engine's answers to what a transaction must know of it."""
+    """One engine's answers to what the journal must know of it."""
 
     name: str
     # SQLite ends a transaction on its own after some errors; PostgreSQL never does
@@ -65,10 +83,41 @@ class DialectProfile:
     in_transaction: Callable[[Any], bool]  # of a raw connection
     # why a raw connection's transaction can no longer commit, or None
     transaction_trouble: Callable[[Any], str | None]
+    # a write transaction takes the database's write lock when it begins (BEGIN IMMEDIATE)
+    begins_immediate: bool = False
+    # lease time is the server's clock (callers on many machines), unless `clock=` is given
+    server_clock: bool = False
+    # keys are serialised by transaction-level advisory locks (SQLite has one writer)
+    advisory_locks: bool = False
+    # an append's run, event and receipt writes are one statement (one round trip)
+    one_statement_append: bool = False
+    # where the tables are when no schema is named (never the connection's search_path)
+    default_schema: str | None = None
+    # a cursor that streams a long result: (raw connection, is async) -> cursor
+    streaming_cursor: Callable[[Any, bool], Any] = _plain_cursor
+    # the write-ahead log is folded back into the file when the store closes
+    checkpoints_wal: bool = False
 
 
-SQLITE: Final = DialectProfile("sqlite", True, _sqlite_in_transaction, _sqlite_trouble)
-POSTGRESQL: Final = DialectProfile("postgresql", False, _pg_in_transaction, _pg_trouble)
+SQLITE: Final = DialectProfile(
+    "sqlite",
+    True,
+    _sqlite_in_transaction,
+    _sqlite_trouble,
+    begins_immediate=True,
+    checkpoints_wal=True,
+)
+POSTGRESQL: Final = DialectProfile(
+    "postgresql",
+    False,
+    _pg_in_transaction,
+    _pg_trouble,
+    server_clock=True,
+    advisory_locks=True,
+    one_statement_append=True,
+    default_schema="public",
+    streaming_cursor=_named_cursor,
+)
 _PROFILES: Final = {profile.name: profile for profile in (SQLITE, POSTGRESQL)}
 
 

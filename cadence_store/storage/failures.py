@@ -28,7 +28,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from enum import StrEnum
-from types import TracebackType
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -246,12 +245,7 @@ class _DatabaseErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, error: BaseException | None, _traceback: object) -> None:
         if error is None or isinstance(error, CadenceStoreError):
             return
         if isinstance(error, Exception) and is_database_error(error):

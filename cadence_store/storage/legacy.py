@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ..journal.canonical import canonical_json
+from . import sqlite_pragmas as pragmas
+from .sqlite_pragmas import Query
 
 PROOF_COLUMNS: Final = ("approval_revision", "contract_hash", "record_hash")
 
@@ -105,8 +107,6 @@ REVISION_FOR_VERSION: Final[dict[int | None, str]] = {
     None: "cadence1x_current",
 }
 
-Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
-
 
 @dataclass(frozen=True)
 class TableShape:
@@ -116,38 +116,36 @@ class TableShape:
     strict: int
 
 
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def describe_table(query: Query, table: str) -> TableShape:
     """cadence 1.x `describeTable`, through any read-only query function."""
-    columns = query(f"PRAGMA table_info({quote(table)})", ())
-    foreign_keys = query(f"PRAGMA foreign_key_list({quote(table)})", ())
-    indexes = query(f"PRAGMA index_list({quote(table)})", ())
-    unique_keys = []
-    # index_list: seq, name, unique, origin, partial
-    for _seq, name, unique, _origin, partial in indexes:
-        if unique != 1:
-            continue
-        fields = query(f"PRAGMA index_xinfo({quote(str(name))})", ())
-        # index_xinfo: seqno, cid, name, desc, coll, key
-        keyed = [
-            {"name": field[2], "coll": field[4], "desc": field[3]}
-            for field in fields
-            if field[5] == 1
-        ]
-        unique_keys.append(canonical_json({"partial": partial, "fields": keyed}))
+    unique_keys = [
+        canonical_json(
+            {
+                "partial": index.partial,
+                "fields": [
+                    {"name": key.name, "coll": key.coll, "desc": key.desc}
+                    for key in pragmas.index_keys(query, index.name)
+                ],
+            }
+        )
+        for index in pragmas.indexes(query, table)
+        if index.unique == 1
+    ]
     strict_rows = query(
         "SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
     )
     return TableShape(
-        # table_info: cid, name, type, notnull, dflt_value, pk
         columns=frozenset(
             canonical_json(
-                {"name": c[1], "type": c[2], "notnull": c[3], "dflt_value": c[4], "pk": c[5]}
+                {
+                    "name": c.name,
+                    "type": c.type,
+                    "notnull": c.notnull,
+                    "dflt_value": c.default,
+                    "pk": c.pk,
+                }
             )
-            for c in columns
+            for c in pragmas.columns(query, table)
         ),
         foreign_keys=canonical_json(
             sorted(
@@ -162,7 +160,7 @@ def describe_table(query: Query, table: str) -> TableShape:
                         "seq": fk[1],
                     }
                 )
-                for fk in foreign_keys
+                for fk in pragmas.foreign_key_rows(query, table)
             )
         ),
         unique_keys=canonical_json(sorted(unique_keys)),
@@ -206,7 +204,7 @@ def schema_difference(query: Query, schema: str) -> str | None:
 
 
 def column_names(query: Query, table: str) -> list[str]:
-    return [str(row[1]) for row in query(f"PRAGMA table_info({quote(table)})", ())]
+    return [str(column.name) for column in pragmas.columns(query, table)]
 
 
 def legacy_revision(query: Query, tables: set[str]) -> str | None:

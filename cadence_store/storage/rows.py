@@ -7,7 +7,7 @@ many fields as its statement has columns.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class LockedRow(NamedTuple):
@@ -23,13 +23,8 @@ class HeadRow(NamedTuple):
     event_hash: str
 
 
-class TimedHeadRow(NamedTuple):
+class LockedRunTimeRow(NamedTuple):
     run_id: str
-    root_hash: str
-    stage: str
-    projection_json: str
-    sequence: int
-    event_hash: str
     now: int  # the database server's clock, read after the row lock
 
 
@@ -42,14 +37,10 @@ class OperationRow(NamedTuple):
     lease_fence: int | None
 
 
-class TimedOperationRow(NamedTuple):
-    kind: str
-    state: str
-    outcome_json: str | None
-    lease_token: str | None
-    lease_expires_at: int | None
-    lease_fence: int | None
-    now: int  # the database server's clock, read after the row lock
+def with_server_time(*columns: Any) -> tuple[OperationRow, int]:
+    """An operation row, and the database server's clock read after its row lock (the
+    statement's last column)."""
+    return OperationRow(*columns[:-1]), int(columns[-1])
 
 
 class StartReceiptRow(NamedTuple):

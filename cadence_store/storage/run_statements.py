@@ -18,16 +18,16 @@ from .rows import (
     HeadRow,
     KeyOwnerRow,
     LockedRow,
+    LockedRunTimeRow,
     OperationOfRunRow,
     OperationRow,
     RunIdRow,
     RunProjectionRow,
     StartReceiptRow,
-    TimedHeadRow,
-    TimedOperationRow,
     VerifyColumnsRow,
+    with_server_time,
 )
-from .statements import Query, Write
+from .statements import Query, Write, bound
 
 _RUN = RUN_MATCH
 _OPERATION = OPERATION_MATCH
@@ -39,6 +39,13 @@ _HEAD_COLUMNS = (
     runs.c.sequence,
     runs.c.event_hash,
 )
+# a run by its lookup key, unique per root hash and stage
+_RUN_BY_KEY = (
+    runs.c.root_hash == bindparam("root_hash"),
+    runs.c.stage == bindparam("stage"),
+    runs.c.lookup_key == bindparam("lookup_key"),
+)
+_LEASE_GRANT = ("lease_token", "lease_expires_at", "lease_fence")
 _OPERATION_COLUMNS = (
     operations.c.kind,
     operations.c.state,
@@ -109,18 +116,18 @@ OPERATION_FOR_UPDATE: Final = Query(
 # an explicit clock), so that it costs no extra round trip
 HEAD_FOR_UPDATE_TIMED: Final = Query(
     "head_for_update_timed",
-    lambda _: _timed(select(*_HEAD_COLUMNS).where(_RUN).with_for_update()),
-    TimedHeadRow,
+    lambda _: _timed(select(runs.c.run_id).where(_RUN).with_for_update()),
+    LockedRunTimeRow,
 )
 OPERATION_TIMED: Final = Query(
     "operation_timed",
     lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION)),
-    TimedOperationRow,
+    with_server_time,
 )
 OPERATION_FOR_UPDATE_TIMED: Final = Query(
     "operation_for_update_timed",
     lambda _: _timed(select(*_OPERATION_COLUMNS).where(_OPERATION).with_for_update()),
-    TimedOperationRow,
+    with_server_time,
 )
 # Receipts of an operation id, driven by the operation-id index: the run's lookup key
 # comes from a correlated lookup by primary key, NULL for runs of another root or stage
@@ -146,11 +153,7 @@ START_RECEIPTS: Final = Query(
 )
 RUN_BY_KEY: Final = Query(
     "run_by_key",
-    lambda _: select(runs.c.run_id, runs.c.projection_json).where(
-        runs.c.root_hash == bindparam("root_hash"),
-        runs.c.stage == bindparam("stage"),
-        runs.c.lookup_key == bindparam("lookup_key"),
-    ),
+    lambda _: select(runs.c.run_id, runs.c.projection_json).where(*_RUN_BY_KEY),
     RunProjectionRow,
 )
 REKEY_RUN: Final = Write(
@@ -185,26 +188,24 @@ BINDING: Final = Query(
 INSERT_BINDING: Final = Write(
     "insert_binding",
     lambda _: delivery_bindings.insert().values(
-        run_id=bindparam("run_id"),
-        gate=bindparam("gate"),
-        revision=bindparam("revision"),
-        receipt_hash=bindparam("receipt_hash"),
-        approval_revision=bindparam("approval_revision"),
-        contract_hash=bindparam("contract_hash"),
-        record_hash=bindparam("record_hash"),
-        operation_id=bindparam("operation_id"),
+        bound(
+            "run_id",
+            "gate",
+            "revision",
+            "receipt_hash",
+            "approval_revision",
+            "contract_hash",
+            "record_hash",
+            "operation_id",
+        )
     ),
 )
 INSERT_LEASE: Final = Write(
     "insert_lease",
     lambda _: operations.insert().values(
-        run_id=bindparam("run_id"),
-        operation_id=bindparam("operation_id"),
         kind=literal(KIND_LEASE),
         state=literal(RUNNING),
-        lease_token=bindparam("lease_token"),
-        lease_expires_at=bindparam("lease_expires_at"),
-        lease_fence=bindparam("lease_fence"),
+        **bound("run_id", "operation_id", *_LEASE_GRANT),
     ),
 )
 RESTART_LEASE: Final = Write(
@@ -212,13 +213,7 @@ RESTART_LEASE: Final = Write(
     lambda _: (
         update(operations)
         .where(_OPERATION)
-        .values(
-            state=RUNNING,
-            outcome_json=None,
-            lease_token=bindparam("lease_token"),
-            lease_expires_at=bindparam("lease_expires_at"),
-            lease_fence=bindparam("lease_fence"),
-        )
+        .values(state=RUNNING, outcome_json=None, **bound(*_LEASE_GRANT))
     ),
 )
 RENEW_LEASE: Final = Write(
@@ -278,11 +273,7 @@ EXPIRE_LEASES_TIMED: Final = Write(
 )
 OWNER_OF_KEY: Final = Query(
     "owner_of_key",
-    lambda _: select(runs.c.run_id).where(
-        runs.c.root_hash == bindparam("root_hash"),
-        runs.c.stage == bindparam("stage"),
-        runs.c.lookup_key == bindparam("lookup_key"),
-    ),
+    lambda _: select(runs.c.run_id).where(*_RUN_BY_KEY),
     KeyOwnerRow,
 )
 VERIFY_COLUMNS: Final = Query(

@@ -17,7 +17,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -35,6 +35,8 @@ from ..errors import (
     StoreFormatError,
 )
 from . import legacy
+from . import sqlite_pragmas as pragmas
+from .dialects import POSTGRESQL
 from .engine import (
     create_store_engine,
     enable_wal,
@@ -46,7 +48,6 @@ from .engine import (
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
 from .readiness import forget_store_ready as forget_pool
-from .statements import DEFAULT_PG_SCHEMA
 
 if TYPE_CHECKING:
     # Alembic is imported where a migration or a revision lookup needs it, not at import:
@@ -143,13 +144,6 @@ def _log_step(verb: str, label: str, found: str | None, reached: str | None) -> 
         logger.info("cadence-store: %s %s from %s to %s", verb, label, found or "nothing", reached)
 
 
-def _sqlite_query(connection: Connection) -> legacy.Query:
-    def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return [tuple(row) for row in connection.exec_driver_sql(sql, tuple(params)).fetchall()]
-
-    return query
-
-
 def adopt_if_needed(connection: Connection) -> str | None:
     """Inspect a database that has no cadence-store version; stamp a cadence 1.x store.
 
@@ -167,7 +161,7 @@ def adopt_if_needed(connection: Connection) -> str | None:
         return None
     label = database_label(connection)
     revision, difference = (
-        legacy.assess_legacy(_sqlite_query(connection), names)
+        legacy.assess_legacy(pragmas.query_of(connection), names)
         if is_sqlite(connection)
         else (None, "cadence 1.x stores are SQLite files")
     )
@@ -227,9 +221,9 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
                 # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
                 connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
             elif is_postgresql(connection):
-                # the store's statements name `public` (sql.DEFAULT_PG_SCHEMA); a pooled
+                # the store's statements name the default schema (`public`); a pooled
                 # connection's leftover search_path must not put the tables elsewhere
-                connection.exec_driver_sql(f"SET LOCAL search_path TO {DEFAULT_PG_SCHEMA}")
+                connection.exec_driver_sql(f"SET LOCAL search_path TO {POSTGRESQL.default_schema}")
             adopt_if_needed(connection)
             yield connection
             connection.commit()
@@ -336,22 +330,6 @@ def owned_tables_present(connection: Connection) -> set[str]:
     return set(names) & set(OWNED_TABLES)
 
 
-def sqlite_unique_keys(connection: Connection, table: str) -> set[frozenset[str]]:
-    query = _sqlite_query(connection)
-    keys = set()
-    for _seq, name, unique, *_ in query(f"PRAGMA index_list({legacy.quote(table)})", ()):
-        if unique == 1:
-            columns = query(f"PRAGMA index_info({legacy.quote(str(name))})", ())
-            keys.add(frozenset(str(column[2]) for column in columns))
-    return keys
-
-
-def sqlite_foreign_keys(connection: Connection, table: str) -> set[tuple[str, str, str, str]]:
-    rows = _sqlite_query(connection)(f"PRAGMA foreign_key_list({legacy.quote(table)})", ())
-    # foreign_key_list: id, seq, table, from, to, on_update, on_delete, match
-    return {(str(r[3]), str(r[2]), str(r[4]), str(r[6]).upper()) for r in rows}
-
-
 def comparison_filter(connection: Connection) -> Any:
     """`include_object` for comparing the models with a database (autogenerate, `alembic
     check`): only the owned tables, and on SQLite no constraint that the database already
@@ -376,7 +354,7 @@ def comparison_filter(connection: Connection) -> Any:
             return True
         if type_ == "unique_constraint":
             columns = frozenset(column.name for column in object.columns)
-            return columns not in sqlite_unique_keys(connection, table)
+            return columns not in pragmas.unique_keys(pragmas.query_of(connection), table)
         if type_ == "foreign_key_constraint":
             wanted = {
                 (
@@ -387,7 +365,7 @@ def comparison_filter(connection: Connection) -> Any:
                 )
                 for element in object.elements
             }
-            enforced = sqlite_foreign_keys(connection, table)
+            enforced = pragmas.foreign_keys(pragmas.query_of(connection), table)
             if reflected:
                 # reflected from an inline REFERENCES (options lost): the model's side of
                 # the comparison decides whether SQLite enforces the same key

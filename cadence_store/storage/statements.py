@@ -14,22 +14,20 @@ leases, bindings, verification), `append_statements`, `read_statements`.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import BindParameter, Connection, bindparam
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
+from .dialects import profile_of
+
 SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
-
-# where cadence-store's tables are on PostgreSQL when no schema is named
-DEFAULT_PG_SCHEMA: Final = "public"
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -52,6 +50,11 @@ class Write:
 Statement = Query[Any] | Write
 
 
+def bound(*names: str) -> dict[str, BindParameter[Any]]:
+    """Each named column's value as the bound parameter of the same name (for `values`)."""
+    return {name: bindparam(name) for name in names}
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledStatement:
     text: str
@@ -66,7 +69,6 @@ class CompiledStatement:
         return self._pick(values)
 
 
-_stream_ids = itertools.count()
 # (dialect, driver, paramstyle, schema map) -> statement -> compiled statement
 _cache: dict[tuple[str, str, str, SchemaMap], dict[Statement, CompiledStatement]] = {}
 _cache_lock: Final = threading.Lock()
@@ -146,7 +148,7 @@ class _ObservedCursor:
 class Statements:
     """Executes typed statements on one SQLAlchemy connection's DB-API cursor."""
 
-    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map", "writes")
+    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map", "profile", "writes")
 
     def __init__(self, connection: Connection, schema: str | None = None) -> None:
         """`schema`: where cadence-store's tables are (the connection's own statements,
@@ -168,10 +170,11 @@ class Statements:
 
     def _bind(self, dialect: Dialect, raw: Any, schema: str | None) -> None:
         self._dialect = dialect
-        if schema is None and dialect.name == "postgresql":
+        self.profile = profile_of(dialect)
+        if schema is None:
             # named, never left to the connection's search_path: a pooled server connection
             # may carry another client's `SET search_path`
-            schema = DEFAULT_PG_SCHEMA
+            schema = self.profile.default_schema
         self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
         self._compiled = _compiled_statements(dialect, self._schema_map)
         self._raw = raw
@@ -220,15 +223,7 @@ class Statements:
         statement = _compiled(self._dialect, query, self._schema_map)
         args = statement.arguments(params)
         row = query.row
-        raw = self._raw
-        if self._dialect.name == "postgresql":
-            # a named cursor is server-side (psycopg, and its async adapter: name positional)
-            cursor = raw.cursor(f"cadence_stream_{next(_stream_ids)}")
-        elif self._dialect.is_async:
-            # aiosqlite's adapter would otherwise fetch the whole result on execute
-            cursor = raw.cursor(server_side=True)
-        else:
-            cursor = raw.cursor()
+        cursor = self.profile.streaming_cursor(self._raw, bool(self._dialect.is_async))
         try:
             cursor.execute(statement.text, args)
             while rows := cursor.fetchmany(batch):

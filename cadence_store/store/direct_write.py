@@ -33,6 +33,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction, RunHead
 from ..storage.call_budget import watch_connection
+from ..storage.dialects import profile_of
 from ..storage.failures import WRITE, database_errors
 from ..storage.readiness import is_store_ready
 from ..storage.statements import Statements
@@ -76,7 +77,7 @@ class DirectWrites:
         "_lock",
         "_root_hash",
         "_schema",
-        "_sqlite",
+        "_begins_immediate",
     )
 
     def __init__(
@@ -92,7 +93,7 @@ class DirectWrites:
         self._root_hash = root_hash
         self._clock = clock
         self._schema = schema
-        self._sqlite = engine.dialect.name == "sqlite"
+        self._begins_immediate = profile_of(engine.dialect).begins_immediate
         self._keeping = keep_one
         self._kept: tuple[PoolProxiedConnection, Statements] | None = None
         self._lock = threading.Lock()
@@ -166,7 +167,7 @@ class DirectWrites:
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
-            if self._sqlite:
+            if self._begins_immediate:
                 # take the write lock first: a concurrent writer waits in SQLite's busy
                 # handler instead of failing the read-then-write halfway
                 with database_errors(WRITE):

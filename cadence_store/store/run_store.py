@@ -13,10 +13,8 @@ is given; writes and units of work to the primary.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from sqlalchemy import Engine
@@ -52,6 +50,7 @@ from ..telemetry import instrument
 from . import calls
 from .direct_write import lends_freely
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
+from .forwarding import as_method
 from .runner import Runner
 from .state_root import (
     StateRoot,
@@ -68,29 +67,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _as_method(call: Callable[..., R], model: Callable[..., object], qualname: str) -> None:
-    """Name, document and sign `call` as the method `model` describes (with `self`)."""
-    call.__name__ = model.__name__
-    call.__qualname__ = qualname
-    call.__doc__ = model.__doc__
-    signature = inspect.signature(model)
-    parameters = list(signature.parameters.values())
-    if not parameters or parameters[0].name != "self":
-        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-        parameters = [self_parameter, *parameters]
-    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=parameters, return_annotation=_result_annotation(signature)
-    )
-
-
-def _result_annotation(signature: inspect.Signature) -> Any:
-    """`Call[X]` / `HostCall[X]` -> `X` (what the store's method returns)."""
-    annotation = signature.return_annotation
-    if isinstance(annotation, str) and annotation.endswith("]") and "Call[" in annotation:
-        return annotation[annotation.index("[") + 1 : -1]
-    return annotation
-
-
 def _writes(describe: Callable[P, calls.Call[R]]) -> Callable[Concatenate[RunStore, P], R]:
     """A write of the store: the description's work on the primary, with its re-run."""
 
@@ -98,7 +74,7 @@ def _writes(describe: Callable[P, calls.Call[R]]) -> Callable[Concatenate[RunSto
         described = describe(*args, **kwargs)
         return self.runner.write(described.work, described.rerun)
 
-    _as_method(call, describe, f"RunStore.{describe.__name__}")
+    as_method(call, describe, "RunStore")
     return call
 
 
@@ -110,7 +86,7 @@ def _hosts(describe: Callable[P, calls.HostCall[R]]) -> Callable[Concatenate[Run
         described = describe(*args, **kwargs).synchronous()
         return self.runner.write(described.work, described.rerun, host_code=True)
 
-    _as_method(call, describe, f"RunStore.{describe.__name__}")
+    as_method(call, describe, "RunStore")
     return call
 
 
@@ -122,7 +98,7 @@ def _reads(
     def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.runner.read(lambda runs: method(runs, *args, **kwargs))
 
-    _as_method(call, method, f"RunStore.{method.__name__}")
+    as_method(call, method, "RunStore")
     return call
 
 
@@ -287,12 +263,7 @@ class RunStore:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.close()
 
     # -- transactions ----------------------------------------------------------------------

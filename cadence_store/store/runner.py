@@ -31,7 +31,8 @@ from sqlalchemy.util.concurrency import await_only, in_greenlet
 from ..errors import StoreBusyError, StoreUnavailableError
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction
-from ..storage.engine import is_sqlite, masked_url, read_snapshot
+from ..storage.dialects import profile_of
+from ..storage.engine import masked_url, read_snapshot
 from ..storage.failures import READ, database_errors, is_database_error, is_retryable
 from ..storage.shape import assert_store_ready
 from ..telemetry import record_busy_retry
@@ -119,7 +120,7 @@ class Runner:
 
     def checkpoint(self) -> None:
         """SQLite: fold the WAL back into the database file (housekeeping at close)."""
-        if not is_sqlite(self.engine):
+        if not profile_of(self.engine.dialect).checkpoints_wal:
             return
         self.release_kept()
         try:

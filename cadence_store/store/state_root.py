@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,12 +167,19 @@ def _ensure_directory(directory: str, *, owned: bool = True) -> None:
         return
     except PermissionError as error:
         raise _denied(directory, error) from None
+    _require_kind(directory, info, stat.S_ISDIR, owned=owned)
+
+
+def _require_kind(
+    path: str, info: os.stat_result, is_kind: Callable[[int], bool], *, owned: bool
+) -> None:
+    """`path` (lstat'ed as `info`) is of the kind wanted, not a link, and ours if `owned`."""
     if stat.S_ISLNK(info.st_mode):
         raise StateRootError("state-component-symlink")
-    if not stat.S_ISDIR(info.st_mode):
+    if not is_kind(info.st_mode):
         raise StateRootError("state-component-type")
     if owned:
-        _require_owner(directory, info)
+        _require_owner(path, info)
 
 
 def check_regular_file(path: str) -> bool:
@@ -183,11 +191,7 @@ def check_regular_file(path: str) -> bool:
         return False
     except PermissionError as error:
         raise _denied(path, error) from None
-    if stat.S_ISLNK(info.st_mode):
-        raise StateRootError("state-component-symlink")
-    if not stat.S_ISREG(info.st_mode):
-        raise StateRootError("state-component-type")
-    _require_owner(path, info)
+    _require_kind(path, info, stat.S_ISREG, owned=True)
     return True
 
 

@@ -15,8 +15,7 @@ and nothing of it is kept, even when the block caught the first error and went o
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
-from typing import Self
+from typing import Any, Generic, Self, TypedDict, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
@@ -36,6 +35,9 @@ from ..storage.failures import (
 from ..storage.schema import require_schema_name
 from ..storage.shape import assert_store_ready
 from ..telemetry import instrument_unit_of_work
+
+EngineT = TypeVar("EngineT", bound=Any)  # an Engine or an AsyncEngine
+RunsT = TypeVar("RunsT")
 
 
 def host_session(connection: Connection) -> Session:
@@ -102,16 +104,21 @@ def release(transaction: JournalTransaction, connection: Connection) -> None:
         connection.close()
 
 
-@instrument_unit_of_work
-class UnitOfWork:
-    """One transaction for journal calls (`uow.runs`) and a host's rows (`uow.session`).
+class JournalSettings(TypedDict, total=False):
+    """A unit of work's settings for its journal (`UnitOfWorkState`'s keywords)."""
 
-    `with store.unit_of_work() as uow:` commits both on leaving the block, or rolls both
-    back on an exception. On SQLite the transaction begins IMMEDIATE."""
+    root_hash: str | None
+    clock: Clock | None
+    schema: str | None
+
+
+class UnitOfWorkState(Generic[EngineT, RunsT]):
+    """What a unit of work holds, sync or async: the engine and the journal's settings,
+    and while it is open its transaction and journal (`runs`)."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineT,
         *,
         root_hash: str | None = None,
         clock: Clock | None = None,
@@ -123,16 +130,13 @@ class UnitOfWork:
         self._root_hash = None if root_hash is None else require_root_hash(root_hash)
         self._clock = require_clock(clock)
         self._schema = require_schema_name(schema)
-        self._connection: Connection | None = None
         self._transaction: JournalTransaction | None = None
-        self._runs: RunRepository | None = None
+        self._runs: RunsT | None = None
 
-    @property
-    def session(self) -> Session:
-        """A `Session` joined to this transaction (made on first use)."""
+    def _open_transaction(self) -> JournalTransaction:
         if self._transaction is None:
             raise StoreUnavailableError("unit-of-work-not-active")
-        return self._transaction.session
+        return self._transaction
 
     @property
     def dialect_name(self) -> str:
@@ -140,11 +144,26 @@ class UnitOfWork:
         return str(self._engine.dialect.name)
 
     @property
-    def runs(self) -> RunRepository:
+    def runs(self) -> RunsT:
         """The journal inside this unit of work's transaction."""
         if self._runs is None:
             raise StoreUnavailableError("unit-of-work-not-active")
         return self._runs
+
+
+@instrument_unit_of_work
+class UnitOfWork(UnitOfWorkState[Engine, RunRepository]):
+    """One transaction for journal calls (`uow.runs`) and a host's rows (`uow.session`).
+
+    `with store.unit_of_work() as uow:` commits both on leaving the block, or rolls both
+    back on an exception. On SQLite the transaction begins IMMEDIATE."""
+
+    _connection: Connection | None = None  # while open
+
+    @property
+    def session(self) -> Session:
+        """A `Session` joined to this transaction (made on first use)."""
+        return self._open_transaction().session
 
     def __enter__(self) -> Self:
         if self._connection is not None:
@@ -162,17 +181,12 @@ class UnitOfWork:
         self._runs = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _traceback: object) -> None:
         connection, transaction = self._connection, self._transaction
         assert connection is not None and transaction is not None
         self._connection = self._transaction = self._runs = None
         try:
-            finish(transaction, connection, commit=exc_type is None)
+            finish(transaction, connection, commit=exc is None)
             if exc is not None and is_database_error(exc):
                 # a host's statement in the block failed (journal calls raise coded
                 # errors): the host's failure, not an outage

@@ -28,11 +28,11 @@ from ..errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from ..storage.engine import create_store_engine, is_postgresql, read_snapshot
+from ..storage.dialects import profile_of
+from ..storage.engine import create_store_engine, read_snapshot
 from ..storage.failures import READ, WRITE, database_errors
 from ..storage.models import delivery_bindings, events, operations, runs
 from ..storage.schema import assert_at_head, schema_options, store_schema
-from ..storage.statements import DEFAULT_PG_SCHEMA
 from ..store.unit_of_work import UnitOfWork
 from .record import (
     CHILD_KEYS,
@@ -155,7 +155,7 @@ def _engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
     engine = bind if isinstance(bind, Engine) else create_store_engine(bind)
     if schema is None:
         schema = store_schema(engine)  # an engine that names its schema already keeps it
-    named = DEFAULT_PG_SCHEMA if schema is None and is_postgresql(engine) else schema
+    named = profile_of(engine.dialect).default_schema if schema is None else schema
     options = schema_options(named)
     try:
         yield engine.execution_options(**options) if options else engine

@@ -17,7 +17,9 @@ database (the tables are read for their columns only).
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypedDict
@@ -67,6 +69,10 @@ _JSON_TEXTS: Final = {
     "operations": "outcome_json",
 }
 _DEEP_HINT: Final = 256  # fewer brackets than this cannot nest too deep
+# deeper than Python's default recursion limit lets any decoder go: refused unread
+_MAX_DEPTH: Final = 1000
+_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_A_BRACKET: Final = re.compile(r"[^\[\]{}]")
 
 TABLES: Final[dict[str, Table]] = {
     "run": runs,
@@ -178,10 +184,19 @@ def _hostile(code: str, line: int | None, message: str) -> InvalidInputError:
     return InvalidInputError(code, where + message)
 
 
+def _nesting_depth(text: str) -> int:
+    """How deep `text`'s arrays and objects nest, counted without decoding it (a decoder
+    recursing that deep runs the garbage collector's finalizers at the stack's limit)."""
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
+
+
 def _check_nesting(text: object, line: int | None, where: str) -> None:
     """Refuse a JSON text nested too deep to decode (the decoder would overflow the stack)."""
     if not isinstance(text, str) or text.count("[") + text.count("{") < _DEEP_HINT:
         return
+    if _nesting_depth(text) > _MAX_DEPTH:
+        raise _hostile(TOO_DEEP, line, f"{where} is JSON nested too deep")
     try:
         json.loads(text)
     except RecursionError:
@@ -244,6 +259,8 @@ def _with_times(row: object, key: str) -> object:
 
 def parse_record(text: str, line: int | None = None) -> Record:
     """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
+    if text.count("[") + text.count("{") >= _DEEP_HINT and _nesting_depth(text) > _MAX_DEPTH:
+        raise _hostile(TOO_DEEP, line, "JSON nested too deep")
     try:
         value = json.loads(text)
     except ValueError as error:

@@ -305,17 +305,16 @@ _SQL_SINKS = {"execute", "exec_driver_sql", "executescript", "executemany", "tex
 
 # Reviewed: every dynamic SQL string in the package, and why it is safe.
 REVIEWED_DYNAMIC_SQL = {
-    # PRAGMA table_info / index_list / index_info / foreign_key_list of the owned tables
-    # (fixed names) and their indexes (names from the catalogue), through legacy.quote
-    ("cadence_store/storage/catalogue.py", "_sqlite_tables"),
+    # PRAGMA table_info / index_list / index_xinfo / foreign_key_list on a table or index
+    # name from sqlite_master or the fixed table lists, through sqlite_pragmas.quote
+    # (doubled quotes)
+    ("cadence_store/storage/sqlite_pragmas.py", "columns"),
+    ("cadence_store/storage/sqlite_pragmas.py", "indexes"),
+    ("cadence_store/storage/sqlite_pragmas.py", "index_keys"),
+    ("cadence_store/storage/sqlite_pragmas.py", "foreign_keys"),
+    ("cadence_store/storage/sqlite_pragmas.py", "foreign_key_rows"),
     # CREATE/DROP DATABASE of a name the testing plugin makes itself (secrets.token_hex)
     ("cadence_store/testing.py", "_fresh_postgresql_database"),
-    # PRAGMA table_info / foreign_key_list / index_list / index_xinfo on a table or index
-    # name from sqlite_master or the fixed table lists, through legacy.quote (doubled quotes)
-    ("cadence_store/storage/legacy.py", "describe_table"),
-    ("cadence_store/storage/legacy.py", "column_names"),
-    ("cadence_store/storage/schema.py", "sqlite_unique_keys"),
-    ("cadence_store/storage/schema.py", "sqlite_foreign_keys"),
     # CREATE SCHEMA / SET LOCAL search_path on a schema name checked against
     # [A-Za-z_][A-Za-z0-9_]{0,62} and quoted by the dialect's identifier preparer
     ("cadence_store/storage/schema.py", "migration_transaction"),

@@ -10,6 +10,7 @@ import pytest
 from cadence_store.journal.views import RunListing
 from cadence_store.storage import append_statements, read_statements, run_statements
 from cadence_store.storage.read_statements import listing_statement
+from cadence_store.storage.rows import OperationRow, with_server_time
 from cadence_store.storage.statements import Query, Statement, Write
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
@@ -90,7 +91,10 @@ def test_each_query_has_its_row_type_and_each_write_selects_nothing(name: str) -
         built = statement.build(dialect)
         if isinstance(statement, Query):
             columns = list(built.selected_columns)  # type: ignore[attr-defined]
-            fields = statement.row._fields  # type: ignore[attr-defined]
+            if statement.row is with_server_time:  # an operation row, then the server's clock
+                fields = (*OperationRow._fields, "now")
+            else:
+                fields = statement.row._fields  # type: ignore[attr-defined]
             assert len(columns) == len(fields), f"{name}: {fields}"
         else:
             assert not getattr(built, "_returning", ()), f"{name} returns rows: make it a Query"
