@@ -1,10 +1,18 @@
 """The raw DB-API floor: the same durable transition, hand-written on sqlite3 / psycopg.
 
-Same transaction shape as `RunStore.transition`: read the receipt, read (and lock) the
-run row, build the event (sha256 of its canonical JSON) and the next projection, INSERT
-the event, UPDATE the run, INSERT the receipt, COMMIT. It skips everything a library adds
-(validation, error codes, retries, the unit of work), so it is the lower bound to compare
-against.
+`SqliteFloor` sends SQLite exactly the statements `RunStore.transition` sends (traced
+with `sqlite3.Connection.set_trace_callback`): BEGIN IMMEDIATE, the run's head, the
+guarded UPDATE of the run (compare-and-set on the head, only while the operation id has
+no receipt, `updated_at` never earlier than before), the event INSERT stamped with the
+run's `updated_at`, the receipt INSERT, COMMIT, with the same row contents, on the same
+schema and indexes. It builds the event (sha256 of its canonical JSON) and the next
+projection, and skips everything a library adds (validation, error codes, retries,
+replay answers), so it is the lower bound to compare against.
+
+`SqliteReceiptFirstFloor` is the floor of the earlier rounds (read the receipt, then the
+run; no times): one statement more and two columns fewer than the store, kept to show
+what that difference is worth (`benchmarks/sqlite_gap.py`). `PostgresFloor` keeps that
+shape (the store sends PostgreSQL one statement for all three writes).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 from typing import Any
 
 
@@ -38,13 +47,111 @@ def _event(run_id: str, projection: dict[str, Any], to: str, code: str) -> tuple
     return sequence, payload, prior, digest, projection
 
 
+_HEAD_SQL = (
+    "SELECT run_id, root_hash, stage, projection_json, sequence, event_hash"
+    " FROM runs WHERE run_id = ?"
+)
+_ADVANCE_SQL = (
+    "UPDATE runs SET state = ?, sequence = ?, event_hash = ?, delivery_revision = NULL,"
+    " projection_json = ?, terminal_tombstone = NULL,"
+    " updated_at = max(?, coalesce(updated_at, ?))"
+    " WHERE run_id = ? AND sequence = ? AND event_hash = ?"
+    " AND NOT EXISTS (SELECT * FROM operations WHERE run_id = ? AND operation_id = ?)"
+)
+_ADVANCE_KNOWN_SQL = _ADVANCE_SQL.replace(
+    " AND NOT EXISTS", " AND projection_json = ? AND NOT EXISTS"
+)
+_EVENT_SQL = (
+    "INSERT INTO events (run_id, sequence, type, payload_json, prior_hash, event_hash,"
+    " recorded_at) VALUES (?, ?, 'state-transitioned', ?, ?, ?,"
+    " (SELECT updated_at FROM runs WHERE run_id = ?))"
+)
+_RECEIPT_SQL = (
+    "INSERT INTO operations (run_id, operation_id, kind, state, outcome_json)"
+    " VALUES (?, ?, 'state-transitioned', 'committed', ?)"
+)
+
+
+def _connect_sqlite(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("PRAGMA foreign_keys = ON")
+    db.execute("PRAGMA busy_timeout = 10000")
+    return db
+
+
 class SqliteFloor:
+    """The store's statements on SQLite, hand-written.
+
+    `remember_heads`: like `RunStore`, keep the head each commit left a run at and skip
+    the head's SELECT next time, the UPDATE's compare-and-set also naming the stored
+    projection (a head that moved is read again)."""
+
+    def __init__(self, path: str, *, remember_heads: bool = False) -> None:
+        self.db = _connect_sqlite(path)
+        self._heads: dict[str, tuple[str, int, str, dict[str, Any]]] | None = (
+            {} if remember_heads else None
+        )
+
+    def transition(self, run_id: str, operation_id: str, to: str, code: str) -> None:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            known = None if self._heads is None else self._heads.pop(run_id, None)
+            if known is None or not self._advance(run_id, operation_id, to, code, known):
+                _, _, _, projection_json, sequence, event_hash = db.execute(
+                    _HEAD_SQL, (run_id,)
+                ).fetchone()
+                head = (projection_json, sequence, event_hash, json.loads(projection_json))
+                self._advance(run_id, operation_id, to, code, head, read=True)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            if self._heads is not None:
+                self._heads.clear()
+            raise
+
+    def _advance(
+        self,
+        run_id: str,
+        operation_id: str,
+        to: str,
+        code: str,
+        head: tuple[str, int, str, dict[str, Any]],
+        *,
+        read: bool = False,
+    ) -> bool:
+        projection_json, head_sequence, head_hash, document = head
+        sequence, payload, prior, digest, projection = _event(run_id, document, to, code)
+        outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
+        now = time.time_ns() // 1_000_000
+        arguments = (to, sequence, digest, outcome, now, now, run_id, head_sequence, head_hash)
+        if read:
+            advanced = self.db.execute(_ADVANCE_SQL, (*arguments, run_id, operation_id))
+        else:
+            advanced = self.db.execute(
+                _ADVANCE_KNOWN_SQL, (*arguments, projection_json, run_id, operation_id)
+            )
+        if advanced.rowcount != 1:
+            return False
+        self.db.execute(
+            _EVENT_SQL,
+            (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior)
+            + (digest, run_id),
+        )
+        self.db.execute(_RECEIPT_SQL, (run_id, operation_id, outcome))
+        if self._heads is not None:
+            self._heads[run_id] = (outcome, sequence, digest, projection)
+        return True
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class SqliteReceiptFirstFloor:
     def __init__(self, path: str) -> None:
-        self.db = sqlite3.connect(path, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.execute("PRAGMA synchronous = FULL")
-        self.db.execute("PRAGMA foreign_keys = ON")
-        self.db.execute("PRAGMA busy_timeout = 10000")
+        self.db = _connect_sqlite(path)
 
     def transition(self, run_id: str, operation_id: str, to: str, code: str) -> None:
         db = self.db

@@ -74,7 +74,16 @@ class _Call:
         self.appended = 0
 
 
+class _NoSpan:
+    """The span of a call while nothing records: its events go nowhere."""
+
+    def add_event(self, *_args: Any) -> None:
+        return None
+
+
 _current: ContextVar[_Call | None] = ContextVar("cadence_store_call", default=None)
+# the call in progress while no provider records (shared: nothing reads what it counts)
+_IDLE_CALL: Final = _Call(_NoSpan())
 
 
 class _Otel:
@@ -309,8 +318,16 @@ def _traced(
 
     @functools.wraps(method)
     def traced(*args: Any, **kwargs: Any) -> Any:
-        if _current.get() is not None or _api().idle():  # nested, or nothing records
+        if _current.get() is not None:  # nested in a call with a span, or in an idle one
             return method(*args, **kwargs)
+        if _api().idle():
+            # asked once per public call: the API's getters read the environment each
+            # time (measured: 3-15 us each, three levels deep in a transition)
+            token = _current.set(_IDLE_CALL)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                _current.reset(token)
         span = _Span(name, journal_write)
         span.open(args[0] if args else None, pick(args, kwargs), span_name)
         try:

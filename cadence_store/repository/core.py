@@ -31,9 +31,11 @@ from ..journal.vocabulary import (
     STATE_TRANSITIONED,
 )
 from ..storage.append_statements import (
+    ADVANCE_KNOWN,
     ADVANCE_RUN,
     ADVANCE_UNRECORDED,
     APPEND_RECORDED,
+    APPEND_RECORDED_KNOWN,
     INSERT_EVENT,
     INSERT_RECEIPT,
     UPSERT_RECEIPT,
@@ -331,20 +333,26 @@ class RepositoryCore:
         self._remember(event)
         return event.document, event.projection_json
 
-    def _append_recorded(self, sql: Statements, event: _NextEvent, operation_id: str) -> bool:
+    def _append_recorded(
+        self, sql: Statements, event: _NextEvent, operation_id: str, *, known: bool = False
+    ) -> bool:
         """Write `event`, the run's new head and the committed receipt of `operation_id`
         (kind: the event's type), unless the operation id has a row already or the head
-        moved: then nothing is written, and False says so."""
+        moved: then nothing is written, and False says so. `known`: the event was
+        computed from a remembered head, which the write names whole."""
         params = event.parameters()
         params["operation_id"] = operation_id
         params["kind"] = event.type
         params["outcome_json"] = event.projection_json
         params["now"] = self._append_now()
+        if known:
+            params["prior_projection_json"] = event.head.projection_json
         if sql.profile.one_statement_append:
-            found = sql.one(APPEND_RECORDED, **params)
+            found = sql.one(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, **params)
             appended = found is not None and found.advanced == 1
         else:
-            appended = sql.write(ADVANCE_UNRECORDED, **params) == 1
+            advance = ADVANCE_KNOWN if known else ADVANCE_UNRECORDED
+            appended = sql.write(advance, **params) == 1
             if appended:
                 sql.write(INSERT_EVENT, **params)
                 sql.write(INSERT_RECEIPT, **params)
@@ -352,6 +360,28 @@ class RepositoryCore:
             note_appended()
             self._remember(event)
         return appended
+
+    def _append_after_known_head(
+        self,
+        sql: Statements,
+        run_id: str,
+        type_: str,
+        payload_for: Callable[[RunHead], Document],
+        operation_id: str,
+    ) -> _NextEvent | None:
+        """Append after the head this store's last commit left the run at, without reading
+        the run row: the write lands only if the row still holds exactly that head and
+        the operation id has no receipt. None when no head is remembered or nothing was
+        written (an event that head would not allow included): the caller reads the
+        stored head and decides from it, as if this had not been tried."""
+        head = self.transaction.known_head(run_id)
+        if head is None:
+            return None
+        try:
+            event = self._next_event(head, type_, payload_for(head))
+        except CadenceStoreError:
+            return None
+        return event if self._append_recorded(sql, event, operation_id, known=True) else None
 
     def _remember(self, event: _NextEvent) -> None:
         """Keep the run's new head for the rest of this transaction (which holds its lock)."""

@@ -437,6 +437,16 @@ class RunRepository(LeaseRules, RunReading, RunFeed):
         checked_lease = coerce_optional_lease(lease)
         require_findable_run(run_id, checked_lease)
         sql = self._write_statements()
+        if checked_lease is None and isinstance(to, str) and to in RUN_STATES:
+            known = self._append_after_known_head(
+                sql,
+                run_id,
+                TRANSITIONED,
+                lambda head: _transition_payload(head, to, checked_code),
+                operation_id,
+            )
+            if known is not None:
+                return built_projection(known.document), True
         head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:
             if checked_lease.run_id != run_id:

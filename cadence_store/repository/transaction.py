@@ -75,6 +75,7 @@ class JournalTransaction:
         "_broken",
         "_connection",
         "_heads",
+        "_known",
         "_host_session",
         "_owned",
         "_watching",
@@ -99,6 +100,7 @@ class JournalTransaction:
         statements: Statements | None = None,
         raw: Any = None,
         ready: bool = False,
+        known: dict[str, RunHead] | None = None,
     ) -> None:
         self._profile = profile
         self.schema = schema
@@ -113,6 +115,7 @@ class JournalTransaction:
         # Only a transaction that lives and dies with its owner keeps heads: a host's
         # session outlives its transactions.
         self._heads: dict[str, _KeptHead] | None = {} if owned else None
+        self._known = known
         self._broken: str | None = None
         self._watching = False  # a listener on the connection (`on_connection`)
 
@@ -120,11 +123,23 @@ class JournalTransaction:
 
     @classmethod
     def on_pooled(
-        cls, dialect: Dialect, raw: Any, statements: Statements, schema: str | None
+        cls,
+        dialect: Dialect,
+        raw: Any,
+        statements: Statements,
+        schema: str | None,
+        known: dict[str, RunHead] | None = None,
     ) -> JournalTransaction:
-        """The runner's own transaction on a pooled DB-API connection (store checked)."""
+        """The runner's own transaction on a pooled DB-API connection (store checked).
+        `known`: the heads the store's earlier commits left runs at (`known_head`)."""
         return cls(
-            profile_of(dialect), schema, owned=True, statements=statements, raw=raw, ready=True
+            profile_of(dialect),
+            schema,
+            owned=True,
+            statements=statements,
+            raw=raw,
+            ready=True,
+            known=known,
         )
 
     @classmethod
@@ -275,6 +290,20 @@ class JournalTransaction:
     def forget_head(self, run_id: str) -> None:
         if self._heads is not None:
             self._heads.pop(run_id, None)
+
+    def known_head(self, run_id: str) -> RunHead | None:
+        """The head an earlier commit of this store left `run_id` at, if this transaction
+        has not locked the run yet: not read under this transaction's lock, so a write
+        from it must name the whole head (`sql_append.KNOWN_PROJECTION`)."""
+        if self._known is None or (self._heads and run_id in self._heads):
+            return None
+        return self._known.get(run_id)
+
+    def heads_left(self) -> list[RunHead]:
+        """The heads this transaction left the runs it locked at (once committed, the
+        runs' heads)."""
+        kept = (self._heads or {}).values()
+        return [head for head, savepoint in kept if savepoint is None or savepoint.is_active]
 
     # -- its own state ---------------------------------------------------------------------
 

@@ -40,6 +40,10 @@ RUN_MATCH: Final = runs.c.run_id == bindparam("run_id")
 OPERATION_MATCH: Final = (operations.c.run_id == bindparam("run_id")) & (
     operations.c.operation_id == bindparam("operation_id")
 )
+# A head remembered from an earlier transaction (not read under this one's lock): the row
+# must still hold the very projection the event was computed from, not only its sequence
+# and event hash.
+KNOWN_PROJECTION: Final = runs.c.projection_json == bindparam("prior_projection_json")
 
 
 def upsert_receipt(dialect_name: str) -> ClauseElement:
@@ -150,15 +154,14 @@ def advance_run(dialect_name: str) -> Update:
     )
 
 
-def append_recorded() -> ClauseElement:
+def append_recorded(*, known: bool = False) -> ClauseElement:
     """`advance_unrecorded`, and from the run it advanced the event and the receipt, in
-    one statement: the count of runs advanced (0: nothing was written)."""
-    advanced = (
-        advance_run("postgresql")
-        .where(~exists().where(OPERATION_MATCH))
-        .returning(runs.c.run_id, runs.c.updated_at)
-        .cte("advanced_run")
-    )
+    one statement: the count of runs advanced (0: nothing was written). `known`: from a
+    remembered head (`KNOWN_PROJECTION`)."""
+    advance = advance_run("postgresql").where(~exists().where(OPERATION_MATCH))
+    if known:
+        advance = advance.where(KNOWN_PROJECTION)
+    advanced = advance.returning(runs.c.run_id, runs.c.updated_at).cte("advanced_run")
     appended = insert(events).from_select(
         [
             "run_id",
@@ -222,8 +225,18 @@ ADVANCE_UNRECORDED: Final = Write(
     "advance_unrecorded",
     lambda dialect_name: advance_run(dialect_name).where(~exists().where(OPERATION_MATCH)),
 )
+# `ADVANCE_UNRECORDED` from a remembered head
+ADVANCE_KNOWN: Final = Write(
+    "advance_known",
+    lambda dialect_name: advance_run(dialect_name).where(
+        KNOWN_PROJECTION, ~exists().where(OPERATION_MATCH)
+    ),
+)
 # all three writes of a recorded append as one statement (PostgreSQL: one round trip)
 APPEND_RECORDED: Final = Query("append_recorded", lambda _: append_recorded(), AppendedRow)
+APPEND_RECORDED_KNOWN: Final = Query(
+    "append_recorded_known", lambda _: append_recorded(known=True), AppendedRow
+)
 INSERT_RECEIPT: Final = Write(
     "insert_receipt",
     lambda _: operations.insert().values(

@@ -31,7 +31,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
 from ..repository.run_repository import Clock, RunRepository
-from ..repository.transaction import JournalTransaction
+from ..repository.transaction import JournalTransaction, RunHead
 from ..storage.call_budget import watch_connection
 from ..storage.dialects import profile_of
 from ..storage.failures import WRITE, database_errors
@@ -39,6 +39,7 @@ from ..storage.readiness import is_store_ready
 from ..storage.statements import Statements
 
 T = TypeVar("T")
+KNOWN_HEADS: Final = 1024  # runs whose last head a store remembers
 
 # the `Connection` events a direct transaction would not fire (a host's cursor listeners
 # among them: they must see the store's statements)
@@ -72,6 +73,7 @@ class DirectWrites:
         "_engine",
         "_kept",
         "_keeping",
+        "_known",
         "_lock",
         "_root_hash",
         "_schema",
@@ -95,6 +97,8 @@ class DirectWrites:
         self._keeping = keep_one
         self._kept: tuple[PoolProxiedConnection, Statements] | None = None
         self._lock = threading.Lock()
+        # the heads this store's commits left runs at, newest last (`remember`)
+        self._known: dict[str, RunHead] = {}
 
     def ready(self) -> bool:
         """The store was checked (head revision, shape) on this pool, and still counts."""
@@ -143,6 +147,21 @@ class DirectWrites:
                     return
         kept[0].close()
 
+    def _remember(self, heads: list[RunHead]) -> None:
+        """Keep the heads a commit left runs at, for the next write to start from
+        (`JournalTransaction.known_head`). A head that is stale by then (another writer,
+        a commit whose outcome was lost) only costs that write a read of the row: its
+        compare-and-set names the whole head."""
+        if not heads:
+            return
+        with self._lock:
+            known = self._known
+            for head in heads:
+                known.pop(head.run_id, None)
+                known[head.run_id] = head
+            while len(known) > KNOWN_HEADS:
+                del known[next(iter(known))]
+
     def run(self, work: Callable[[RunRepository], T]) -> T:
         pooled, statements = self._checkout()
         dbapi_connection = pooled.dbapi_connection
@@ -154,12 +173,13 @@ class DirectWrites:
                 with database_errors(WRITE):
                     statements.begin_immediate()
             transaction = JournalTransaction.on_pooled(
-                self._engine.dialect, dbapi_connection, statements, self._schema
+                self._engine.dialect, dbapi_connection, statements, self._schema, self._known
             )
             repository = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
             result = work(repository)
             with database_errors(WRITE):
                 dbapi_connection.commit()
+            self._remember(transaction.heads_left())
         except BaseException:
             # The failure that got us here stays authoritative.
             try:
