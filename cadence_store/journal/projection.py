@@ -148,13 +148,19 @@ def _transitioned(projection: Document | None, payload: Mapping[str, Any], owned
         result.pop("terminal", None)
     else:
         result = {k: v for k, v in projection.items() if k not in ("pauseCode", "terminal")}
-    result["state"] = target
+    _enter(result, target, payload)
+    return result
+
+
+def _enter(projection: Document, target: str, payload: Mapping[str, Any]) -> None:
+    """Set the state a transition enters, and its pause code and terminal marker (after
+    the caller removed the old ones: they move to the end, as in cadence 1.x)."""
+    projection["state"] = target
     code = payload.get("code")
     if isinstance(code, str):
-        result["pauseCode"] = code
+        projection["pauseCode"] = code
     if target in TERMINAL_STATES:
-        result["terminal"] = target
-    return result
+        projection["terminal"] = target
 
 
 def _interrupted(projection: Document | None, owned: bool) -> Document:
@@ -307,12 +313,7 @@ class ChainVerifier:
             if payload.get("from") == state and target in LEGAL_TRANSITIONS.get(state, ()):
                 projection.pop("pauseCode", None)
                 projection.pop("terminal", None)
-                projection["state"] = target
-                code = payload.get("code")
-                if isinstance(code, str):
-                    projection["pauseCode"] = code
-                if target in TERMINAL_STATES:
-                    projection["terminal"] = target
+                _enter(projection, target, payload)
                 projection["sequence"] = sequence
                 projection["eventHash"] = hash_
                 self.prior_hash = hash_

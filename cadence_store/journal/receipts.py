@@ -393,14 +393,7 @@ def _explain(rows: Rows, sequence: int, projection: Document | None) -> ReceiptP
         if kind not in JOURNAL_RECEIPT_KINDS or claimed_sequence(outcome_json) != sequence:
             continue
         if projection is None:
-            return ReceiptProblem(
-                operation_id,
-                RECEIPT_MISMATCH,
-                "outcome_json.sequence",
-                "a sequence on the chain",
-                sequence,
-                sequence,
-            )
+            return _off_chain(operation_id, sequence)
         if outcome_json != exact:
             return _difference(operation_id, sequence, projection, outcome_json)
     return ReceiptProblem(  # pragma: no cover - the rows changed under the reader

@@ -8,6 +8,7 @@ from typing import Any, Final
 from sqlalchemy import bindparam, func, literal, literal_column, or_, select, update
 from sqlalchemy.sql import ClauseElement, Select
 
+from ..journal.verification import BINDING_COLUMNS
 from ..journal.vocabulary import (
     COMMITTED,
     INTERRUPTED,
@@ -191,18 +192,7 @@ BINDING: Final = Query(
 )
 INSERT_BINDING: Final = Write(
     "insert_binding",
-    lambda _: delivery_bindings.insert().values(
-        bound(
-            "run_id",
-            "gate",
-            "revision",
-            "receipt_hash",
-            "approval_revision",
-            "contract_hash",
-            "record_hash",
-            "operation_id",
-        )
-    ),
+    lambda _: delivery_bindings.insert().values(bound("run_id", *BINDING_COLUMNS, "operation_id")),
 )
 INSERT_LEASE: Final = Write(
     "insert_lease",
