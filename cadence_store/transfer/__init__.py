@@ -1,6 +1,6 @@
-"""Moving whole runs between databases: the export record (`record`) and the movement
-(`movement`: export, import, copy). Every name is importable from here, as it was when
-this was one module."""
+"""Moving whole runs between databases: the export record (`record`), its offline check
+(`offline`) and the movement (`movement`: export, import, copy). Every name is
+importable from here, as it was when this was one module."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .movement import (
     iter_records,
     read_record,
 )
+from .offline import check_record, iter_verify_export, verify_export
 from .record import (
     DEFAULT_BATCH_SIZE,
     HOSTILE_CODES,
@@ -23,12 +24,9 @@ from .record import (
     RECORD_KEYS,
     Record,
     RunCheck,
-    check_record,
     describe_difference,
     dump_record,
-    iter_verify_export,
     parse_record,
-    verify_export,
 )
 
 __all__ = [

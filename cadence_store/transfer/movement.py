@@ -34,6 +34,7 @@ from ..storage.failures import READ, WRITE, database_errors
 from ..storage.models import delivery_bindings, events, operations, runs
 from ..storage.schema import assert_at_head, schema_options, store_schema
 from ..store.unit_of_work import UnitOfWork
+from .offline import check_record, numbered_lines
 from .record import (
     CHILD_KEYS,
     CHILD_ORDER,
@@ -44,12 +45,10 @@ from .record import (
     TABLES,
     Record,
     Row,
-    check_record,
     column_names,
     describe_difference,
     dump_record,
     invalid_record,
-    numbered_lines,
     parse_record,
 )
 

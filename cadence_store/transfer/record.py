@@ -10,9 +10,8 @@ A record is::
 Column names are the tables' own (snake_case, as cadence 1.x named them) and stored TEXT
 (`payload_json`, `projection_json`, `outcome_json`) is kept verbatim.
 
-`parse_record` shape-checks a line, `check_record` verifies a record by the rule of
-`RunRepository.verify_integrity`, `dump_record` writes one. Nothing here touches a
-database (the tables are read for their columns only).
+`parse_record` shape-checks a line, `dump_record` writes one (`offline` verifies them).
+Nothing here touches a database (the tables are read for their columns only).
 """
 
 from __future__ import annotations
@@ -20,19 +19,15 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypedDict
 
 from sqlalchemy import Integer, Table
 
-from ..errors import InvalidInputError, InvalidTransitionError, JournalIntegrityError
-from ..journal import ChainVerifier
-from ..journal.receipts import JOURNAL_RECEIPT_KINDS, ReceiptVerifier, claimed_sequence
-from ..journal.receipts import OPERATION_COLUMNS as OPERATION_CHECK_COLUMNS
+from ..errors import InvalidInputError, JournalIntegrityError
+from ..journal.receipts import JOURNAL_RECEIPT_KINDS, claimed_sequence
 from ..journal.validation import is_storable
-from ..journal.verification import BINDING_COLUMNS as VERIFIED_BINDING_COLUMNS
-from ..journal.verification import stored_difference
 from ..journal.vocabulary import KIND_LEASE
 from ..storage.models import delivery_bindings, events, operations, runs
 
@@ -184,7 +179,7 @@ def invalid_record(line: int | None, message: str) -> InvalidInputError:
     return InvalidInputError(INVALID_RECORD, where + message)
 
 
-def _hostile(code: str, line: int | None, message: str) -> InvalidInputError:
+def hostile(code: str, line: int | None, message: str) -> InvalidInputError:
     where = f"line {line}: " if line is not None else ""
     return InvalidInputError(code, where + message)
 
@@ -201,11 +196,11 @@ def _check_nesting(text: object, line: int | None, where: str) -> None:
     if not isinstance(text, str) or text.count("[") + text.count("{") < _DEEP_HINT:
         return
     if _nesting_depth(text) > _MAX_DEPTH:
-        raise _hostile(TOO_DEEP, line, f"{where} is JSON nested too deep")
+        raise hostile(TOO_DEEP, line, f"{where} is JSON nested too deep")
     try:
         json.loads(text)
     except RecursionError:
-        raise _hostile(TOO_DEEP, line, f"{where} is JSON nested too deep") from None
+        raise hostile(TOO_DEEP, line, f"{where} is JSON nested too deep") from None
     except ValueError:
         pass  # not JSON at all: check_record reports it as a broken record
 
@@ -230,7 +225,7 @@ def _check_row(value: object, table: Table, where: str, line: int | None) -> Row
             if isinstance(item, bool) or not isinstance(item, int):
                 raise invalid_record(line, f"{where}.{column.name} is not an integer")
             if item not in INT64:
-                raise _hostile(OUT_OF_RANGE, line, f"{where}.{column.name} is not a 64-bit integer")
+                raise hostile(OUT_OF_RANGE, line, f"{where}.{column.name} is not a 64-bit integer")
         elif not isinstance(item, str):
             raise invalid_record(line, f"{where}.{column.name} is not a string")
         elif not is_storable(item):
@@ -275,13 +270,13 @@ def _with_times(row: object, key: str) -> object:
 def parse_record(text: str, line: int | None = None) -> Record:
     """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
     if text.count("[") + text.count("{") >= _DEEP_HINT and _nesting_depth(text) > _MAX_DEPTH:
-        raise _hostile(TOO_DEEP, line, "JSON nested too deep")
+        raise hostile(TOO_DEEP, line, "JSON nested too deep")
     try:
         value = json.loads(text)
     except ValueError as error:
         raise invalid_record(line, f"not JSON ({error})") from None
     except RecursionError:
-        raise _hostile(TOO_DEEP, line, "JSON nested too deep") from None
+        raise hostile(TOO_DEEP, line, "JSON nested too deep") from None
     if not isinstance(value, dict) or set(value) != set(RECORD_KEYS):
         raise invalid_record(line, f"expected an object with keys {list(RECORD_KEYS)}")
     run = _check_row(_with_times(value["run"], "run"), runs, "run", line)
@@ -322,146 +317,6 @@ def parse_record(text: str, line: int | None = None) -> Record:
     return record
 
 
-def _failure(record: Record, line: int | None, code: str, **fields: Any) -> RunCheck:
-    return RunCheck(run_id=record["run"]["run_id"], ok=False, line=line, code=code, **fields)
-
-
-def check_record(record: Record, line: int | None = None) -> RunCheck:
-    """Verify one run offline: the chain links and hashes, its reduction, the projection.
-
-    The same rule as `RunRepository.verify_integrity` (`journal.verification`,
-    `journal.receipts`): the events reduce, the stored projection, run columns and binding
-    rows mirror the replay, and every operations row is a receipt the chain produced or a
-    consistent lease row. Returns the first thing that differs.
-    """
-    run = record["run"]
-    verifier = ChainVerifier()
-    receipts = ReceiptVerifier(run["run_id"])
-    operation_rows = [[row[c] for c in OPERATION_CHECK_COLUMNS] for row in record["operations"]]
-    for operation in operation_rows:
-        receipts.add(operation)
-    for row in sorted(record["events"], key=lambda row: row["sequence"]):
-        try:
-            verifier.feed_json(
-                row["sequence"],
-                row["type"],
-                row["payload_json"],
-                row["event_hash"],
-                row["prior_hash"],
-            )
-        except (JournalIntegrityError, InvalidTransitionError) as error:
-            if isinstance(error, JournalIntegrityError) and error.field is not None:
-                return _failure(
-                    record,
-                    line,
-                    error.code,
-                    sequence=error.sequence,
-                    field=None if error.field == "payload" else error.field,
-                    expected=error.expected,
-                    stored=error.actual,
-                    message=error.detail,
-                )
-            # the event links, but does not apply
-            return _failure(
-                record,
-                line,
-                error.code,
-                sequence=verifier.count + 1,
-                message=f"{row['type']} event",
-            )
-        receipts.observe(verifier.count, verifier.projection)
-    if verifier.projection is None:
-        return _failure(record, line, "event-integrity-empty", sequence=1, message="no events")
-    rebuilt = verifier.projection
-    difference = stored_difference(
-        rebuilt,
-        run["projection_json"],
-        run,
-        ([binding[c] for c in VERIFIED_BINDING_COLUMNS] for binding in record["deliveryBindings"]),
-    )
-    if difference is not None:
-        return _failure(
-            record,
-            line,
-            "run-projection-integrity-mismatch",
-            sequence=difference.sequence,
-            field=difference.field,
-            expected=difference.expected,
-            stored=difference.actual,
-        )
-    problem = receipts.result(lambda: operation_rows)
-    if problem is not None:
-        return _failure(
-            record,
-            line,
-            problem.code,
-            sequence=problem.sequence,
-            field=problem.where,
-            expected=problem.expected,
-            stored=problem.actual,
-            message=f"operation {problem.operation_id}",
-            operation_id=problem.operation_id,
-        )
-    return RunCheck(run_id=run["run_id"], ok=True, line=line)
-
-
-def numbered_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    iterator = iter(lines)
-    number = 0
-    while True:
-        number += 1
-        try:
-            text = next(iterator)
-        except StopIteration:
-            return
-        except UnicodeDecodeError as error:  # a file opened as UTF-8 that is not
-            raise _hostile(NOT_UTF8, number, f"not UTF-8 ({error.reason})") from None
-        if text.strip():
-            yield number, text
-
-
-def iter_verify_export(lines: Iterable[str]) -> Iterator[RunCheck]:
-    """`verify_export`, one result at a time (for progress reporting)."""
-    seen: set[str] = set()
-    for number, text in numbered_lines(lines):
-        try:
-            record = parse_record(text, number)
-        except InvalidInputError as error:
-            if error.code in HOSTILE_CODES:
-                raise
-            yield RunCheck(
-                run_id=_guess_run_id(text),
-                ok=False,
-                line=number,
-                code=error.code,
-                message=error.detail,
-            )
-            continue
-        run_id = record["run"]["run_id"]
-        if run_id in seen:
-            yield _failure(record, number, INVALID_RECORD, message="run id appears twice")
-            continue
-        seen.add(run_id)
-        yield check_record(record, number)
-
-
-def verify_export(lines: Iterable[str]) -> list[RunCheck]:
-    """Check an export offline (no database): one `RunCheck` per record, in file order.
-
-    A record that does not parse is a failed check (code `export-record-invalid`).
-    """
-    return list(iter_verify_export(lines))
-
-
-def _guess_run_id(text: str) -> str | None:
-    try:
-        value = json.loads(text)
-        run_id = value["run"]["run_id"]
-    except (ValueError, TypeError, KeyError, RecursionError):
-        return None
-    return run_id if isinstance(run_id, str) else None
-
-
 def _normalised(record: Record) -> Record:
     return Record(
         run=record["run"],
@@ -499,10 +354,7 @@ __all__ = [
     "Record",
     "Row",
     "RunCheck",
-    "check_record",
     "describe_difference",
     "dump_record",
-    "iter_verify_export",
     "parse_record",
-    "verify_export",
 ]
