@@ -44,7 +44,7 @@ def host_metadata() -> MetaData:
 
 
 def write(url: str, worker: int, run_ids: list[str], seconds: float, delay_ms: int) -> Any:
-    from cadence_store import RunStore
+    from cadence_store import RunStore, StoreBusyError
 
     rng = random.Random(1000 + worker)
     committed = 0
@@ -55,13 +55,21 @@ def write(url: str, worker: int, run_ids: list[str], seconds: float, delay_ms: i
             while time.monotonic() < deadline:
                 # runs in one order in every transaction: contention, never a deadlock
                 chosen = sorted(rng.sample(run_ids, rng.randint(1, 3)))
-                with store.unit_of_work() as uow:
-                    for run_id in chosen:
-                        index += 1
-                        uow.runs.transition(
-                            run_id, "paused", operation_id=f"w{worker}-{index}", code="feed"
-                        )
-                    time.sleep(rng.uniform(0, delay_ms / 1000))  # commit late
+                operation_ids = [f"w{worker}-{index + 1 + i}" for i in range(len(chosen))]
+                index += len(chosen)
+                late_s = rng.uniform(0, delay_ms / 1000)
+                while True:
+                    try:
+                        with store.unit_of_work() as uow:
+                            for run_id, operation_id in zip(chosen, operation_ids, strict=True):
+                                uow.runs.transition(
+                                    run_id, "paused", operation_id=operation_id, code="feed"
+                                )
+                            time.sleep(late_s)  # commit late
+                        break
+                    except StoreBusyError:
+                        # a unit of work is the caller's to re-run: whole, same operation ids
+                        continue
                 committed += len(chosen)
     except Exception:
         return {"error": traceback.format_exc()}
