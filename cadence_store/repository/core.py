@@ -330,6 +330,7 @@ class RepositoryCore:
             )
         sql.write(INSERT_EVENT, **params)
         note_appended()
+        self.transaction.note_append()
         self._remember(event)
         return event.document, event.projection_json
 
@@ -358,6 +359,7 @@ class RepositoryCore:
                 sql.write(INSERT_RECEIPT, **params)
         if appended:
             note_appended()
+            self.transaction.note_append()
             self._remember(event)
         return appended
 

@@ -216,6 +216,7 @@ class RunRepository(DeliveryBindings, LeaseRules, RunReading, RunFeed):
         sql.write(INSERT_RUN, **first)
         sql.write(INSERT_EVENT, **first)
         note_appended()
+        self.transaction.note_append()
         self._record(sql, run_id, operation_id, START, projection_json, 1)
         return built_projection(created)
 

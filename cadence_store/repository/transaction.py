@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.base import NestedTransaction
 from sqlalchemy.orm import Session, SessionTransaction
@@ -41,6 +41,7 @@ from ..journal.documents import Document, parse_document
 from ..storage.dialects import DialectProfile, profile_of
 from ..storage.engine import begin_immediate, begins_immediate
 from ..storage.failures import is_database_error
+from ..storage.feed_notifier import wake_followers
 from ..storage.shape import assert_store_ready
 from ..storage.statements import Statements
 
@@ -72,6 +73,7 @@ class JournalTransaction:
     """The statements, session, locked heads and state of one transaction."""
 
     __slots__ = (
+        "_appended",
         "_broken",
         "_connection",
         "_heads",
@@ -118,6 +120,7 @@ class JournalTransaction:
         self._known = known
         self._broken: str | None = None
         self._watching = False  # a listener on the connection (`on_connection`)
+        self._appended = False  # events that followers must hear of once committed
 
     # -- the three ways in -----------------------------------------------------------------
 
@@ -305,6 +308,27 @@ class JournalTransaction:
         kept = (self._heads or {}).values()
         return [head for head, savepoint in kept if savepoint is None or savepoint.is_active]
 
+    # -- the feed ---------------------------------------------------------------------------
+
+    def note_append(self) -> None:
+        """An event was written: once this transaction commits, followers are woken
+        (PostgreSQL: `storage.feed_notifier`; SQLite's followers see the file change). A
+        host's session wakes them from its `after_commit`."""
+        if self._appended or not self.profile.notifies:
+            return
+        session = self._host_session
+        if session is not None and not self._owned:
+            # one object serves all the session's transactions: nothing kept here
+            _wake_after_commit(session)
+        else:
+            self._appended = True
+
+    def wake_followers_if_appended(self, engine: Engine) -> None:
+        """After the owner's commit: wake followers if events were written."""
+        if self._appended:
+            self._appended = False
+            wake_followers(engine)
+
     # -- its own state ---------------------------------------------------------------------
 
     def note_failure(self, error: BaseException, *, wrote: bool) -> None:
@@ -346,6 +370,34 @@ class JournalTransaction:
         if connection is not None and self._watching:
             self._watching = False
             event.remove(connection, "before_cursor_execute", self._before_host_statement)
+
+
+_WAKE_PENDING: Final = "cadence_store.feed_wake_pending"
+_WAKE_LISTENING: Final = "cadence_store.feed_wake_listening"
+
+
+def _wake_after_commit(session: Session) -> None:
+    """Wake the feed's followers when `session` next commits (one listener a session)."""
+    info = session.info
+    info[_WAKE_PENDING] = True
+    if not info.get(_WAKE_LISTENING):
+        info[_WAKE_LISTENING] = True
+        event.listen(session, "after_commit", _wake_on_commit)
+        event.listen(session, "after_transaction_end", _forget_wake)
+
+
+def _wake_on_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released (SQLAlchemy calls `after_commit` for those too)
+    if session.info.pop(_WAKE_PENDING, False):
+        bind = session.get_bind()
+        wake_followers(bind if isinstance(bind, Engine) else bind.engine)
+
+
+def _forget_wake(session: Session, transaction: SessionTransaction) -> None:
+    # the whole transaction's end (after `after_commit`): rolled back, or woken already
+    if transaction.parent is None:
+        session.info.pop(_WAKE_PENDING, None)
 
 
 def _savepoint_at_once(session: Session, transaction: SessionTransaction) -> None:

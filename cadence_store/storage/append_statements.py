@@ -214,7 +214,7 @@ INSERT_EVENT: Final = Write(
         event_hash=bindparam("event_hash"),
         # written right after its run row: the time that row was stamped with
         recorded_at=run_updated_at(),
-        # its place in the journal feed (SQLite), or the NOTIFY (PostgreSQL)
+        # its place in the journal feed (SQLite; PostgreSQL: given after commit)
         feed_position=feed_position_on_insert(dialect_name),
     ),
 )

@@ -13,8 +13,8 @@ values):
   whoever reads the feed (`NUMBER_FEED`), in a transaction that holds one advisory lock
   (`FEED_LOCK_KEY`) until it commits: numbering transactions never overlap, each starts
   from the highest position the last one committed, and any snapshot that sees a
-  position sees every smaller one. The appender pays nothing for this but a NOTIFY,
-  which PostgreSQL delivers at commit (only a commit wakes a follower).
+  position sees every smaller one. The appender pays nothing for this; its commit
+  wakes followers through `feed_notifier` (a NOTIFY sent after it).
 """
 
 from __future__ import annotations
@@ -50,14 +50,9 @@ FEED_LOCK_KEY: Final = int.from_bytes(
 
 
 def feed_position_on_insert(dialect_name: str) -> ColumnElement[int | None]:
-    """The value an appended event's `feed_position` gets in its INSERT (see above).
-
-    On PostgreSQL the same expression sends the NOTIFY: a NULL selected from
-    `pg_notify(...)`, so that the appending statement itself wakes followers at commit,
-    with no round trip of its own."""
+    """The value an appended event's `feed_position` gets in its INSERT (see above)."""
     if dialect_name == "postgresql":
-        notified = func.pg_notify(literal_column(f"'{FEED_CHANNEL}'"), literal_column("''"))
-        return select(cast(null(), BigInteger)).select_from(notified).scalar_subquery()
+        return cast(null(), BigInteger)
     return select(func.coalesce(func.max(events.c.feed_position), 0) + 1).scalar_subquery()
 
 

@@ -180,6 +180,7 @@ class DirectWrites:
             with database_errors(WRITE):
                 dbapi_connection.commit()
             self._remember(transaction.heads_left())
+            transaction.wake_followers_if_appended(self._engine)
         except BaseException:
             # The failure that got us here stays authoritative.
             try:
