@@ -2,16 +2,18 @@
 
 `python -m benchmarks.feed [--quick] [--engines sqlite,postgresql] [--before DIR]`
 
-1. Cost: durable transitions with the feed (this checkout) and without it (the library
-   before the feed: `--before DIR`, a source tree holding `cadence_store/` and
-   `migrations/`, by default made here with
-   `git archive 88feea9 cadence_store migrations alembic.ini | tar -x -C DIR`), each on
-   a database of its own (same engine, same disk), with 1 process and with 4 processes
-   appending at once (each to its own run). The variants take turns a batch at a time,
-   in a fresh random order every round; the figures are the medians over batches of
-   the batch's wall time per append, and the ratio is the median of each round's
-   with / without (paired: a shared machine's load drifts between rounds, far less
-   within one).
+1. Cost: durable transitions with the feed (this checkout) and without it, each on a
+   database of its own (same engine, same disk), with 1 process and with 4 processes
+   appending at once (each to its own run). "Without" is by default this checkout with
+   the feed's append-time work taken out (`_feed_off_tree`: no position computed, no
+   `events.feed_position` index, no NOTIFY), so that nothing else differs; `--before
+   DIR` measures against another source tree instead (holding `cadence_store/` and
+   `migrations/`, e.g. the library before the feed:
+   `git archive 88feea9 cadence_store migrations alembic.ini | tar -x -C DIR`). The
+   variants take turns a batch at a time, in a fresh random order every round; the
+   figures are the medians over batches of the batch's wall time per append, and the
+   ratio is the median of each round's with / without (paired: a shared machine's load
+   drifts between rounds, far less within one).
 2. Latency: one writer appends every ~20 ms while a follower process follows the feed;
    the latency of an event is from the start of its appending call to the follower's
    yield (the machine's monotonic clock): p50 and p99.
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,10 +37,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy
+
 from .common import HERE, Engine, machine, postgres_server
 
 WORKER = HERE / "feed_worker.py"
-BEFORE_COMMIT = "88feea9"
 PROCESS_COUNTS = (1, 4)
 PER_TURN = 2  # appends per process per turn (short: the disk's slow fsync stretches hit both)
 ROUNDS = 500
@@ -103,10 +107,15 @@ def _turn(appenders: list[_Appender], count: int) -> float:
     return (time.perf_counter() - started) / (count * len(appenders))
 
 
-def bench_cost(engine: Engine, before: Path, rounds: int) -> dict[str, Any]:
+def bench_cost(engine: Engine, before: Path, rounds: int, feed_off: bool) -> dict[str, Any]:
     urls = {"feed": engine.fresh_url(), "before": engine.fresh_url()}
     _upgrade(urls["feed"], None)
     _upgrade(urls["before"], before)
+    if feed_off:
+        plain = sqlalchemy.create_engine(urls["before"])
+        with plain.begin() as connection:
+            connection.exec_driver_sql(f"DROP INDEX {FEED_INDEX}")
+        plain.dispose()
     sources = {"feed": None, "before": before}
     result: dict[str, Any] = {}
     for processes in PROCESS_COUNTS:
@@ -206,15 +215,40 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _before_tree(directory: Path) -> Path:
+# what `_feed_off_tree` takes out of this checkout's sources: (file, text, replacement)
+FEED_OFF_PATCHES = (
+    (
+        "cadence_store/storage/models.py",
+        "feed_position: Mapped[int | None] = mapped_column(Int64, index=True, unique=True)",
+        "feed_position: Mapped[int | None] = mapped_column(Int64)",
+    ),
+    (
+        "cadence_store/storage/feed_statements.py",
+        '    if dialect_name == "postgresql":\n        return cast(null(), BigInteger)\n',
+        "    return cast(null(), BigInteger)\n",
+    ),
+    (
+        "cadence_store/storage/feed_notifier.py",
+        "    feed_notifier(engine).poke()\n",
+        "    return\n",
+    ),
+)
+FEED_INDEX = "ix_events_feed_position"
+
+
+def _feed_off_tree(directory: Path) -> Path:
+    """This checkout's library with the feed's append-time work taken out (the
+    `follower_positions` table and the NULL column stay; they cost an append nothing)."""
     root = HERE.parent
-    archive = subprocess.run(
-        ["git", "archive", BEFORE_COMMIT, "cadence_store", "migrations", "alembic.ini"],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
+    for name in ("cadence_store", "migrations"):
+        shutil.copytree(root / name, directory / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "alembic.ini", directory / "alembic.ini")
+    for name, text, replacement in FEED_OFF_PATCHES:
+        path = directory / name
+        source = path.read_text()
+        if source.count(text) != 1:
+            raise RuntimeError(f"{name} changed: update benchmarks.feed.FEED_OFF_PATCHES")
+        path.write_text(source.replace(text, replacement))
     return directory
 
 
@@ -231,13 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-feed-")))
         before = args.before
         if before is None:
-            before = _before_tree(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-        results["before"] = str(args.before or f"git archive {BEFORE_COMMIT}")
+            before = _feed_off_tree(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        results["without"] = str(args.before or "this checkout, the feed's append work out")
         pg_url = stack.enter_context(postgres_server()) if "postgresql" in engines else None
         for name in engines:
             engine = Engine(name, workdir, pg_url)
             print(f"[{name}] append with / without the feed, 1 and 4 processes ...", flush=True)
-            cost = bench_cost(engine, before, QUICK_ROUNDS if args.quick else ROUNDS)
+            rounds = QUICK_ROUNDS if args.quick else ROUNDS
+            cost = bench_cost(engine, before, rounds, feed_off=args.before is None)
             print(f"[{name}] commit -> follow latency ...", flush=True)
             latency = bench_latency(engine, QUICK_LATENCY_EVENTS if args.quick else LATENCY_EVENTS)
             results["engines"][name] = {"cost": cost, "latency": latency}

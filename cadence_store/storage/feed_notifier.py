@@ -19,9 +19,11 @@ session, the async classes, which drive the same ones), the same notifier sends 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -42,6 +44,11 @@ NOTIFY_FEED: Final = (
 )
 # a notifier with nothing to send for this long closes its connection and its thread
 IDLE_S: Final = 5.0
+# at most one NOTIFY this often per pool and process: the commits in between share it
+# (each NOTIFY costs the server a transaction; a follower wakes at most this much later)
+NOTIFY_INTERVAL_S: Final = 0.025
+# how long closing a store, or the process ending, waits for the last NOTIFY
+FLUSH_TIMEOUT_S: Final = 2.0
 
 
 class FeedNotifier:
@@ -55,43 +62,60 @@ class FeedNotifier:
     def __init__(self, pool: Pool, is_async: bool) -> None:
         self._pool = weakref.ref(pool)
         self._is_async = is_async
-        self._wanted = threading.Event()
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-        self.pokes = 0  # commits that asked for a NOTIFY (tests, benchmarks)
+        self.pokes = 0  # commits that asked for a NOTIFY
+        self.served = 0  # of them, those a NOTIFY was sent (or given up on) for since
         self.sent = 0  # NOTIFY statements sent
 
     def poke(self) -> None:
         """Events committed: followers hear of them soon (this returns at once)."""
-        self._wanted.set()
-        with self._lock:
+        with self._changed:
             self.pokes += 1
-            if self._thread is None or self._pid != os.getpid():
-                # none running (idle, or the parent's, which a fork does not bring along)
-                self._pid = os.getpid()
+            if self._thread is None:  # none running: idle for a while, or just forked
                 self._thread = threading.Thread(
                     target=self._serve, name="cadence-store-feed-notifier", daemon=True
                 )
                 self._thread.start()
+            self._changed.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until every poke so far has had its NOTIFY sent:
+        a process that ends right after its last commit still wakes the followers."""
+        with self._changed:
+            target = self.pokes
+            return self._changed.wait_for(lambda: self.served >= target, timeout_s)
 
     def _serve(self) -> None:
         loop = asyncio.new_event_loop() if self._is_async else None
         sender = _Sender(self._pool, loop)
+        sent_at = -NOTIFY_INTERVAL_S
         try:
             while True:
-                if not self._wanted.wait(IDLE_S):
-                    with self._lock:
-                        if not self._wanted.is_set():
-                            self._thread = None
-                            return
-                self._wanted.clear()
+                with self._changed:
+                    if not self._changed.wait_for(lambda: self.pokes > self.served, IDLE_S):
+                        self._thread = None
+                        return
+                # commits that come meanwhile share this NOTIFY
+                time.sleep(max(0.0, NOTIFY_INTERVAL_S - (time.monotonic() - sent_at)))
+                with self._changed:
+                    upto = self.pokes
                 if sender.send():
                     self.sent += 1
+                sent_at = time.monotonic()
+                with self._changed:
+                    self.served = upto
+                    self._changed.notify_all()
         finally:
             sender.close()
             if loop is not None:
                 loop.close()
+
+    def after_fork_in_child(self) -> None:
+        """The parent's thread (and its lock's state) did not come along."""
+        self._changed = threading.Condition()
+        self._thread = None
+        self.served = self.pokes  # the parent's commits are the parent's to announce
 
 
 class _Sender:
@@ -175,9 +199,42 @@ def feed_notifier(engine: Engine) -> FeedNotifier:
     return notifier
 
 
+def flush_notifier(engine: Engine, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    """Send what `engine`'s notifier still owes, if it has one (a store's `close`)."""
+    notifier = _notifiers.get(engine.pool)
+    if notifier is not None:
+        notifier.flush(timeout_s)
+
+
+def flush_notifiers(timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    """Send what every notifier of this process still owes (at exit, and tests)."""
+    for notifier in list(_notifiers.values()):
+        notifier.flush(timeout_s)
+
+
+def _after_fork_in_child() -> None:
+    global _notifiers_lock
+    _notifiers_lock = threading.Lock()
+    for notifier in list(_notifiers.values()):
+        notifier.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(flush_notifiers)
+
+
 def wake_followers(engine: Engine) -> None:
     """After a transaction on `engine` committed events: wake the feed's followers."""
     feed_notifier(engine).poke()
 
 
-__all__ = ["IDLE_S", "NOTIFY_FEED", "FeedNotifier", "feed_notifier", "wake_followers"]
+__all__ = [
+    "IDLE_S",
+    "NOTIFY_FEED",
+    "NOTIFY_INTERVAL_S",
+    "FeedNotifier",
+    "feed_notifier",
+    "flush_notifier",
+    "flush_notifiers",
+    "wake_followers",
+]

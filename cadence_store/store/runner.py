@@ -34,6 +34,7 @@ from ..repository.transaction import JournalTransaction
 from ..storage.dialects import profile_of
 from ..storage.engine import masked_url, read_snapshot
 from ..storage.failures import READ, database_errors, is_database_error, is_retryable
+from ..storage.feed_notifier import flush_notifier
 from ..storage.shape import assert_store_ready
 from ..telemetry import record_busy_retry
 from .direct_write import DirectWrites, fits_direct_writes
@@ -134,6 +135,7 @@ class Runner:
     def close(self) -> None:
         self._closed = True
         self.release_kept()
+        flush_notifier(self.base_engine)  # followers hear of the last commits first
         _RUNNERS.discard(self)
 
     def _after_fork_in_child(self) -> None:
