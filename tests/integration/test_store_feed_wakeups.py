@@ -8,6 +8,8 @@ AsyncRunStore on a host's AsyncEngine).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -119,3 +121,15 @@ def test_the_notifier_connects_as_the_host_engine_does(store_url: str, listener)
         store.close()
     finally:
         host.dispose()
+
+
+def test_a_process_that_ends_right_after_its_commit_still_wakes_listeners(store_url: str, listener):
+    script = (
+        "import sys\n"
+        "from cadence_store import RunStore\n"
+        f"store = RunStore(sys.argv[1], root_hash={ROOT_HASH!r})\n"
+        "store.start_run('abel-design', provisional_key='f' * 64, operation_id='f1')\n"
+        "# no close(): the interpreter's exit must send what the notifier owes\n"
+    )
+    subprocess.run([sys.executable, "-c", script, store_url], check=True, timeout=60)
+    assert _heard(listener)[:1] == [FEED_CHANNEL]
