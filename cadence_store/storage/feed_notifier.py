@@ -12,6 +12,9 @@ disk (`synchronous_commit` off for that transaction only: it writes no data, and
 NOTIFY only delays followers, who read again every second anyway). The appender pays a
 `threading.Event.set()`; only a commit wakes anyone, since the poke comes after it.
 
+A pool that holds one connection (`StaticPool`, ...) gets no notifier: a second
+connection is what its host ruled out, so each commit there sends its NOTIFY itself.
+
 Whatever the commit came through (`RunStore`'s own transactions, a unit of work, a host's
 session, the async classes, which drive the same ones), the same notifier sends it.
 """
@@ -26,10 +29,16 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.pool import Pool, PoolProxiedConnection
+from sqlalchemy.pool import (
+    AssertionPool,
+    Pool,
+    PoolProxiedConnection,
+    SingletonThreadPool,
+    StaticPool,
+)
 from sqlalchemy.util import greenlet_spawn
 
 from .feed_statements import FEED_CHANNEL
@@ -225,7 +234,31 @@ atexit.register(flush_notifiers)
 
 def wake_followers(engine: Engine) -> None:
     """After a transaction on `engine` committed events: wake the feed's followers."""
-    feed_notifier(engine).poke()
+    if isinstance(engine.pool, _ONE_CONNECTION_POOLS):
+        _notify_at_once(engine)
+    else:
+        feed_notifier(engine).poke()
+
+
+# pools that promise the host a single connection: no notifier opens a second one, the
+# committing caller sends the NOTIFY itself (one round trip a commit)
+_ONE_CONNECTION_POOLS: Final = (StaticPool, SingletonThreadPool, AssertionPool)
+
+
+def _notify_at_once(engine: Engine) -> None:
+    try:
+        pooled = engine.raw_connection()  # the pool's one connection, this transaction's
+        try:
+            driver: Any = pooled.dbapi_connection
+            driver.autocommit = True
+            try:
+                _notify(pooled)
+            finally:
+                driver.autocommit = False
+        finally:
+            pooled.close()
+    except Exception as error:  # committed already: the followers read again soon
+        logger.warning("cadence-store: the feed's NOTIFY failed: %s", error)
 
 
 __all__ = [

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
 from support import ROOT_HASH
 
 from cadence_store import RunRepository, RunStore
@@ -133,3 +134,21 @@ def test_a_process_that_ends_right_after_its_commit_still_wakes_listeners(store_
     )
     subprocess.run([sys.executable, "-c", script, store_url], check=True, timeout=60)
     assert _heard(listener)[:1] == [FEED_CHANNEL]
+
+
+def test_a_one_connection_pool_wakes_listeners_without_a_second_connection(
+    store_url: str, listener
+):
+    host = create_engine(store_url, poolclass=StaticPool)
+    connections: list[object] = []
+    event.listen(host, "connect", lambda dbapi, _record: connections.append(dbapi))
+    try:
+        with RunStore(host, root_hash=ROOT_HASH) as store:
+            run = store.start_run("abel-design", provisional_key="9" * 64, operation_id="s9")
+            assert _heard(listener)[:1] == [FEED_CHANNEL]
+            with store.unit_of_work() as uow:
+                uow.runs.transition(run.run_id, "paused", operation_id="p9", code="p")
+            assert _heard(listener)[:1] == [FEED_CHANNEL]
+        assert len(connections) == 1  # the host's one connection, and no other
+    finally:
+        host.dispose()
