@@ -34,6 +34,7 @@ from typing import Any, Final, TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.pool import (
     AssertionPool,
+    NullPool,
     Pool,
     PoolProxiedConnection,
     SingletonThreadPool,
@@ -41,15 +42,13 @@ from sqlalchemy.pool import (
 )
 from sqlalchemy.util import greenlet_spawn
 
-from .feed_statements import FEED_CHANNEL
-
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # one statement, one round trip: the notification, in a transaction of its own that
 # commits without waiting for its WAL flush
-NOTIFY_FEED: Final = (
-    f"SELECT set_config('synchronous_commit', 'off', true), pg_notify('{FEED_CHANNEL}', '')"
+NOTIFY_FEED: Final = (  # FEED_CHANNEL, a fixed text (tests/unit checks they agree)
+    "SELECT set_config('synchronous_commit', 'off', true), pg_notify('cadence_store_feed', '')"
 )
 # a notifier with nothing to send for this long closes its connection and its thread
 IDLE_S: Final = 5.0
@@ -135,6 +134,7 @@ class _Sender:
         self._loop = loop
         self._pool: Pool | None = None
         self._connection: PoolProxiedConnection | None = None
+        self._failing = False
 
     def _run(self, work: Callable[[], T]) -> T:
         if self._loop is None:
@@ -143,21 +143,36 @@ class _Sender:
 
     def send(self) -> bool:
         """One NOTIFY (False when it could not be sent: followers read again within a
-        second anyway, and the next poke connects again)."""
-        try:
-            if self._connection is None:
-                host_pool = self._host_pool()
-                if host_pool is None:
-                    return False  # the engine is gone, and its followers with it
-                if self._pool is None:
-                    self._pool = host_pool.recreate()
-                self._connection = self._run(self._connect)
-            self._run(lambda: _notify(self._connection))
-            return True
-        except Exception as error:
-            logger.warning("cadence-store: the feed's NOTIFY failed: %s", error)
-            self._drop()
-            return False
+        second anyway, and the next poke connects again). A kept connection that fails
+        (a failover, a restart, a pooler that closed it) is replaced once at once."""
+        for attempt in range(2):
+            kept = self._connection is not None
+            try:
+                self._send_once()
+                self._failing = False
+                return True
+            except Exception as error:
+                self._drop()
+                if kept and attempt == 0:
+                    continue
+                # INFO: followers only lag (they read every second), and a server that
+                # is down is reported by the calls that need it; once per run of failures
+                level = logging.DEBUG if self._failing else logging.INFO
+                logger.log(level, "cadence-store: the feed's NOTIFY failed: %s", error)
+                self._failing = True
+        return False
+
+    def _send_once(self) -> None:
+        if self._connection is None:
+            host_pool = self._host_pool()
+            if host_pool is None:
+                return  # the engine is gone, and its followers with it
+            if self._pool is None:
+                self._pool = host_pool.recreate()
+            self._connection = self._run(self._connect)
+        self._run(lambda: _notify(self._connection))
+        if isinstance(self._pool, NullPool):  # its host keeps no connection between calls
+            self._close_connection()
 
     def _connect(self) -> PoolProxiedConnection:
         assert self._pool is not None
@@ -172,6 +187,12 @@ class _Sender:
                 self._run(connection.invalidate)
             except Exception:  # lost already: nothing to close
                 logger.debug("cadence-store: closing the feed notifier's connection failed")
+
+    def _close_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.dbapi_connection.autocommit = False  # type: ignore[union-attr]
+            self._run(connection.close)
 
     def close(self) -> None:
         self._drop()
@@ -258,7 +279,7 @@ def _notify_at_once(engine: Engine) -> None:
         finally:
             pooled.close()
     except Exception as error:  # committed already: the followers read again soon
-        logger.warning("cadence-store: the feed's NOTIFY failed: %s", error)
+        logger.info("cadence-store: the feed's NOTIFY failed: %s", error)
 
 
 __all__ = [
