@@ -67,13 +67,13 @@ _SEQUENCE: Final = re.compile(r'"sequence":(\d{1,16})[,}]')
 
 _sha256: Final = hashlib.sha256
 
-_dumps: Callable[[Any], bytes] | None
+orjson_dumps: Callable[[Any], bytes] | None
 try:  # a dependency; the stdlib's exact path stands in without it
     import orjson
 
-    _dumps = orjson.dumps
+    orjson_dumps = orjson.dumps
 except ImportError:  # pragma: no cover
-    _dumps = None
+    orjson_dumps = None
 
 
 def _digest(text: str) -> bytes:
@@ -276,8 +276,10 @@ class LocatedReceipts:
     """
 
     def __init__(self, rows: Iterable[tuple[int, str, Any]]) -> None:
-        self._rows = iter(rows)
-        self._pending = next(self._rows, None)
+        # the rows after `pending`, and the next receipt to check (None: none is left);
+        # `replay_rows` takes the usual receipt past them itself
+        self.rows = iter(rows)
+        self.pending = next(self.rows, None)
         self.fault: ReceiptProblem | None = None
         # (operation_id, sequence its text names, text) of receipts stored at another
         # sequence than their text names (never written so): the caller checks them with
@@ -287,13 +289,13 @@ class LocatedReceipts:
     @property
     def next_sequence(self) -> int | float:
         """The sequence of the next receipt to check (infinity: none is left)."""
-        return math.inf if self._pending is None else self._pending[0]
+        return math.inf if self.pending is None else self.pending[0]
 
     def observe(self, sequence: int, projection: Document | None) -> int | float:
         """Check the receipts located at or before `sequence` (call it, in chain order,
         when `next_sequence <= sequence`); returns the new `next_sequence`."""
         encoded: str | None = None
-        pending = self._pending
+        pending = self.pending
         while pending is not None and pending[0] <= sequence:
             located, operation_id, text = pending
             if self.fault is None:
@@ -306,8 +308,8 @@ class LocatedReceipts:
                         problem = _located_difference(operation_id, sequence, projection, text)
                         if problem is not None:
                             self._misplaced(operation_id, sequence, text, problem)
-            pending = next(self._rows, None)
-        self._pending = pending
+            pending = next(self.rows, None)
+        self.pending = pending
         return math.inf if pending is None else pending[0]
 
     def _misplaced(
@@ -325,10 +327,10 @@ class LocatedReceipts:
     def finish(self) -> ReceiptProblem | None:
         """After the last event: the first fault, or a receipt located beyond the head
         (then also see `elsewhere`)."""
-        while self.fault is None and self._pending is not None:
-            located, operation_id, text = self._pending
+        while self.fault is None and self.pending is not None:
+            located, operation_id, text = self.pending
             self._misplaced(operation_id, located, text, None)
-            self._pending = next(self._rows, None)
+            self.pending = next(self.rows, None)
         return self.fault
 
 
@@ -338,14 +340,14 @@ def _fast_stringify(projection: Document | None) -> str | None:
     (enumerations, sha256 hex, safe integers, strings) except the extra keys an approval
     proof may carry; orjson writes such strings as JSON.stringify does (tested for every
     code point) and raises on lone surrogates."""
-    if projection is None or _dumps is None:
+    if projection is None or orjson_dumps is None:
         return None
     for binding in projection.get("deliveryBindings") or ():
         proof = binding.get("approvalProof")
         if proof is not None and len(proof) != 3:  # revision, contractHash, recordHash
             return None
     try:
-        return _dumps(projection).decode()
+        return orjson_dumps(projection).decode()
     except (TypeError, ValueError):
         return None
 
