@@ -213,6 +213,18 @@ class ReceiptVerifier:
             outcome_json,
         )
 
+    def add_out_of_order(self, row: Sequence[Any]) -> None:
+        """`add` for a row that is not a journal receipt's usual shape, met outside
+        operation id order (located by its sequence column): the problem kept is the
+        first by operation id, as `add` keeps over rows read in that order."""
+        alone = ReceiptVerifier(self.run_id)
+        alone.add(row)
+        found = alone.problem
+        if found is not None and (
+            self.problem is None or found.operation_id < self.problem.operation_id
+        ):
+            self.problem = found
+
     def expect(self, outcome_json: str) -> bool:
         """Keep a receipt's digest under the sequence its text names, to be compared when
         the pass gets there; False when it names none."""
@@ -267,7 +279,11 @@ class LocatedReceipts:
     """Receipts streamed in sequence order, checked as the replay passes each sequence.
 
     `rows` yields `(sequence, operation_id, outcome_json)` of the run's journal receipts
-    whose stored `operations.sequence` column locates them, ascending by that column.
+    whose stored `operations.sequence` column locates them, ascending by that column;
+    or `(sequence, operation_id, outcome_json, kind, state, lease_token,
+    lease_expires_at, lease_fence)` of every row it locates, the last five None in a
+    journal receipt's usual row (committed, no lease), else the row's own: such a row is
+    checked by `operations` (`ReceiptVerifier.add_out_of_order`), never compared.
     Nothing is kept per receipt (memory stays flat in the run's length): at each event
     the receipts naming its sequence must be, byte for byte, `JSON.stringify` of the
     projection there. The column only locates: a receipt it places wrongly differs from
@@ -275,7 +291,10 @@ class LocatedReceipts:
     rows of other shapes go through `ReceiptVerifier.add` as before.
     """
 
-    def __init__(self, rows: Iterable[tuple[int, str, Any]]) -> None:
+    def __init__(
+        self, rows: Iterable[tuple[Any, ...]], operations: ReceiptVerifier | None = None
+    ) -> None:
+        self.operations = operations
         # the rows after `pending`, and the next receipt to check (None: none is left);
         # `replay_rows` takes the usual receipt past them itself
         self.rows = iter(rows)
@@ -297,8 +316,10 @@ class LocatedReceipts:
         encoded: str | None = None
         pending = self.pending
         while pending is not None and pending[0] <= sequence:
-            located, operation_id, text = pending
-            if self.fault is None:
+            located, operation_id, text, *shape = pending
+            if shape and shape[0] is not None:
+                self._other_row(pending)
+            elif self.fault is None:
                 if located != sequence:  # before the first event: not on the chain
                     self._misplaced(operation_id, located, text, None)
                 else:
@@ -311,6 +332,15 @@ class LocatedReceipts:
             pending = next(self.rows, None)
         self.pending = pending
         return math.inf if pending is None else pending[0]
+
+    def _other_row(self, row: tuple[Any, ...]) -> None:
+        """A located row not of a journal receipt's shape: checked as an operations row."""
+        if self.operations is None:
+            raise TypeError("LocatedReceipts: rows of other shapes need `operations`")
+        _, operation_id, outcome_json, kind, state, token, expires_at, fence = row
+        self.operations.add_out_of_order(
+            (operation_id, kind, state, outcome_json, token, expires_at, fence)
+        )
 
     def _misplaced(
         self, operation_id: str, located: int, text: object, problem: ReceiptProblem | None
@@ -327,9 +357,12 @@ class LocatedReceipts:
     def finish(self) -> ReceiptProblem | None:
         """After the last event: the first fault, or a receipt located beyond the head
         (then also see `elsewhere`)."""
-        while self.fault is None and self.pending is not None:
-            located, operation_id, text = self.pending
-            self._misplaced(operation_id, located, text, None)
+        while self.pending is not None:
+            located, operation_id, text, *shape = self.pending
+            if shape and shape[0] is not None:
+                self._other_row(self.pending)
+            elif self.fault is None:
+                self._misplaced(operation_id, located, text, None)
             self.pending = next(self.rows, None)
         return self.fault
 

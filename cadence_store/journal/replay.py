@@ -114,11 +114,13 @@ def replay_rows(
                 assert located is not None
                 pending = located.pending
                 if (
-                    following == sequence
+                    pending is not None
+                    and pending[0] == sequence
                     and dumps is not None
                     and projection is not None
                     and not projection["deliveryBindings"]
                     and located.fault is None
+                    and (len(pending) == 3 or pending[3] is None)
                 ):
                     # the usual receipt: the one at this sequence is the projection, as
                     # orjson writes it (`receipts._fast_stringify`: proven the same bytes
@@ -127,7 +129,7 @@ def replay_rows(
                         encoded: str | None = dumps(projection).decode()
                     except (TypeError, ValueError):
                         encoded = None
-                    if pending[2] == encoded:  # type: ignore[index]
+                    if pending[2] == encoded:
                         pending = located.pending = next(located.rows, None)
                         following = math.inf if pending is None else pending[0]
                 if following <= sequence:  # anything else: the rule decides

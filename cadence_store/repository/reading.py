@@ -159,13 +159,14 @@ class RunReading(RepositoryCore):
         if row is None:
             raise RunNotFoundError("run-not-found")
         # receipts are streamed in chain order beside the events (nothing kept per
-        # receipt); the few rows that stream does not prove are checked as they come
+        # receipt); the few rows that stream does not locate are checked first, located
+        # rows of another shape as the stream meets them
         receipts = ReceiptVerifier(run_id)
         for operation in sql.raw_stream(UNLOCATED_OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
             receipts.add(operation)
         stream = sql.raw_pages(LOCATED_RECEIPTS_OF_RUN, EVENT_BATCH, run_id=run_id)
         try:
-            located = LocatedReceipts(chain.from_iterable(stream))
+            located = LocatedReceipts(chain.from_iterable(stream), receipts)
             rebuilt = self._replay_chain(run_id, receipts, located)
             located_fault = located.finish()
         finally:
