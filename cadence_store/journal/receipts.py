@@ -280,10 +280,10 @@ class LocatedReceipts:
 
     `rows` yields `(sequence, operation_id, outcome_json)` of the run's journal receipts
     whose stored `operations.sequence` column locates them, ascending by that column;
-    or `(sequence, operation_id, outcome_json, kind, state, lease_token,
-    lease_expires_at, lease_fence)` of every row it locates, the last five None in a
-    journal receipt's usual row (committed, no lease), else the row's own: such a row is
-    checked by `operations` (`ReceiptVerifier.add_out_of_order`), never compared.
+    or `(sequence, operation_id, outcome_json, other_shape)` of every row it locates,
+    `other_shape` None for a journal receipt's usual row (committed, no lease): the
+    others are never compared, only listed in `other_shapes` for the caller to check as
+    operations rows (`ReceiptVerifier.add_out_of_order`).
     Nothing is kept per receipt (memory stays flat in the run's length): at each event
     the receipts naming its sequence must be, byte for byte, `JSON.stringify` of the
     projection there. The column only locates: a receipt it places wrongly differs from
@@ -291,10 +291,8 @@ class LocatedReceipts:
     rows of other shapes go through `ReceiptVerifier.add` as before.
     """
 
-    def __init__(
-        self, rows: Iterable[tuple[Any, ...]], operations: ReceiptVerifier | None = None
-    ) -> None:
-        self.operations = operations
+    def __init__(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        self.other_shapes: list[str] = []  # operation ids (none in a store it wrote)
         # the rows after `pending`, and the next receipt to check (None: none is left);
         # `replay_rows` takes the usual receipt past them itself
         self.rows = iter(rows)
@@ -318,7 +316,7 @@ class LocatedReceipts:
         while pending is not None and pending[0] <= sequence:
             located, operation_id, text, *shape = pending
             if shape and shape[0] is not None:
-                self._other_row(pending)
+                self.other_shapes.append(operation_id)
             elif self.fault is None:
                 if located != sequence:  # before the first event: not on the chain
                     self._misplaced(operation_id, located, text, None)
@@ -332,15 +330,6 @@ class LocatedReceipts:
             pending = next(self.rows, None)
         self.pending = pending
         return math.inf if pending is None else pending[0]
-
-    def _other_row(self, row: tuple[Any, ...]) -> None:
-        """A located row not of a journal receipt's shape: checked as an operations row."""
-        if self.operations is None:
-            raise TypeError("LocatedReceipts: rows of other shapes need `operations`")
-        _, operation_id, outcome_json, kind, state, token, expires_at, fence = row
-        self.operations.add_out_of_order(
-            (operation_id, kind, state, outcome_json, token, expires_at, fence)
-        )
 
     def _misplaced(
         self, operation_id: str, located: int, text: object, problem: ReceiptProblem | None
@@ -360,7 +349,7 @@ class LocatedReceipts:
         while self.pending is not None:
             located, operation_id, text, *shape = self.pending
             if shape and shape[0] is not None:
-                self._other_row(self.pending)
+                self.other_shapes.append(operation_id)
             elif self.fault is None:
                 self._misplaced(operation_id, located, text, None)
             self.pending = next(self.rows, None)

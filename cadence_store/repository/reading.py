@@ -23,6 +23,7 @@ from ..storage.run_statements import (
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_PAGE,
     LOCATED_RECEIPTS_OF_RUN,
+    OPERATION,
     OPERATIONS_OF_RUN,
     RUN_IDS,
     UNLOCATED_OPERATIONS_OF_RUN,
@@ -159,18 +160,22 @@ class RunReading(RepositoryCore):
         if row is None:
             raise RunNotFoundError("run-not-found")
         # receipts are streamed in chain order beside the events (nothing kept per
-        # receipt); the few rows that stream does not locate are checked first, located
-        # rows of another shape as the stream meets them
+        # receipt); the few rows it does not locate are checked first, and those it
+        # locates without a receipt's shape (never written so) after it
         receipts = ReceiptVerifier(run_id)
         for operation in sql.raw_stream(UNLOCATED_OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
             receipts.add(operation)
         stream = sql.raw_pages(LOCATED_RECEIPTS_OF_RUN, EVENT_BATCH, run_id=run_id)
         try:
-            located = LocatedReceipts(chain.from_iterable(stream), receipts)
+            located = LocatedReceipts(chain.from_iterable(stream))
             rebuilt = self._replay_chain(run_id, receipts, located)
             located_fault = located.finish()
         finally:
             stream.close()
+        for operation_id in located.other_shapes:
+            other = sql.one(OPERATION, run_id=run_id, operation_id=operation_id)
+            if other is not None:  # None: deleted since (then it holds nothing to check)
+                receipts.add_out_of_order((operation_id, *other))
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
         difference = stored_difference(
             rebuilt,

@@ -107,12 +107,7 @@ class LocatedReceiptRow(NamedTuple):
     sequence: int
     operation_id: str
     outcome_json: str | None
-    # NULL in a journal receipt's row (committed, no lease), else the row's own
-    kind: str | None
-    state: str | None
-    lease_token: str | None
-    lease_expires_at: int | None
-    lease_fence: int | None
+    other_shape: int | None  # NULL: a journal receipt's row (committed, no lease)
 
 
 class EventRow(NamedTuple):

@@ -310,9 +310,9 @@ OPERATIONS_OF_RUN: Final = Query(
     OperationOfRunRow,
 )
 # verify_integrity's two reads of them: every row the (run_id, sequence) index locates, in
-# chain order, compared as the replay passes their sequence; the columns a journal
-# receipt must have (kind, state, no lease) are NULL in a row that has them, else the
-# row's own (then it is checked as an operations row, never compared)...
+# chain order, compared as the replay passes their sequence, with NULL for `other_shape`
+# when it has a journal receipt's (kind, committed, no lease; else the row is read again
+# and checked as an operations row, never compared)...
 _SHAPED_RECEIPT: Final = and_(
     operations.c.kind.in_(_RECEIPT_KINDS),
     operations.c.state == literal_column(f"'{COMMITTED}'"),
@@ -320,12 +320,6 @@ _SHAPED_RECEIPT: Final = and_(
     operations.c.lease_expires_at.is_(None),
     operations.c.lease_fence.is_(None),
 )
-
-
-def _unless_shaped(column: Any) -> Any:
-    return case((_SHAPED_RECEIPT, null()), else_=column)
-
-
 LOCATED_RECEIPTS_OF_RUN: Final = Query(
     "located_receipts_of_run",
     lambda _: (
@@ -333,11 +327,7 @@ LOCATED_RECEIPTS_OF_RUN: Final = Query(
             operations.c.sequence,
             operations.c.operation_id,
             operations.c.outcome_json,
-            *(
-                _unless_shaped(column)
-                for column in _OPERATION_COLUMNS
-                if column is not operations.c.outcome_json
-            ),
+            case((_SHAPED_RECEIPT, null()), else_=literal_column("1")).label("other_shape"),
         )
         .where(operations.c.run_id == bindparam("run_id"), operations.c.sequence.is_not(None))
         .order_by(operations.c.sequence)
