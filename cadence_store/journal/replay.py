@@ -29,7 +29,29 @@ EventRows = Iterable[tuple[Any, Any, Any, Any, Any, Any]]
 TimeDecrease = tuple[int, int, int]
 
 _TRANSITION_JSON: Final = EVENT_TYPE_JSON[STATE_TRANSITIONED]
-_HEADER: Final = b'{"payload":%b,"priorHash":"%b","sequence":%d,"type":%b}'
+# a transition's hashed text (`hash_canonical_event`) around its canonical payload
+_TRANSITION: Final = (
+    b'{"payload":%b,"priorHash":"%b","sequence":%d,"type":' + _TRANSITION_JSON + b"}"
+)
+_TRANSITIONS_KEPT: Final = 256  # distinct transition payload texts remembered
+_UNSEEN: Final[Any] = object()
+
+
+# payload text -> what folding it takes: (canonical JSON, from, to, pause code or None,
+# whether `to` is terminal); only for a dict payload whose canonical JSON the fast path
+# proved and whose move is legal
+Transition = tuple[bytes, str, str, str | None, bool]
+
+
+def _transition(cached: tuple[Any, bytes | None]) -> Transition | None:
+    payload, canonical = cached
+    if canonical is None or type(payload) is not dict:
+        return None
+    source, target, code = payload.get("from"), payload.get("to"), payload.get("code")
+    if type(source) is not str or target not in LEGAL_TRANSITIONS.get(source, ()):
+        return None
+    code = code if isinstance(code, str) else None
+    return canonical, source, target, code, target in TERMINAL_STATES
 
 
 def replay_rows(
@@ -46,58 +68,58 @@ def replay_rows(
     reports it, never a failure), or None.
     """
     waiting = {} if receipts is None else receipts.waiting
-    # the sequence of the next receipt streamed in chain order (inf: none)
-    following = math.inf if located is None else located.next_sequence
     decoded = verifier.decoded
     feed = verifier.feed_json
-    dumps = orjson_dumps
+    transitions: dict[str, Any] = {}  # Transition, or None: the rule decides
     projection: Document | None = verifier.projection
     prior = verifier.prior_hash
     prior_ascii = verifier.prior_ascii
     count = verifier.count
+    # the next receipt streamed in chain order, its sequence (inf: none), the rest
+    pending = None if located is None else located.pending
+    following = math.inf if pending is None else pending[0]
+    streamed = iter(()) if located is None else located.rows
+    dumps = orjson_dumps
     latest = -1  # the latest recorded_at so far (-1: none yet)
     decrease: TimeDecrease | None = None
     try:
         for sequence, type_, payload_json, prior_hash, event_hash, recorded_at in rows:
-            cached = decoded.get(payload_json) if type(payload_json) is str else None
-            folded = False
+            move = None
+            if type(payload_json) is str:
+                move = transitions.get(payload_json, _UNSEEN)
+                if move is _UNSEEN:  # known once the verifier has decoded the text
+                    cached = decoded.get(payload_json)
+                    move = None if cached is None else _transition(cached)
+                    if cached is not None:
+                        if len(transitions) >= _TRANSITIONS_KEPT:
+                            transitions.clear()
+                        transitions[payload_json] = move
             if (
-                cached is not None
+                move is not None
                 and type_ == STATE_TRANSITIONED
                 and projection is not None
                 and prior_hash == prior
                 and type(sequence) is int
                 and sequence == count + 1
                 and sequence <= MAX_SAFE
+                and projection["state"] == move[1]
+                and sha256(_TRANSITION % (move[0], prior_ascii, sequence)).hexdigest() == event_hash
             ):
-                payload, canonical = cached
-                state = projection["state"]
-                if (
-                    canonical is not None
-                    and type(payload) is dict
-                    and payload.get("from") == state
-                    and (target := payload.get("to")) in LEGAL_TRANSITIONS.get(state, ())
-                    and sha256(
-                        _HEADER % (canonical, prior_ascii, sequence, _TRANSITION_JSON)
-                    ).hexdigest()
-                    == event_hash
-                ):
-                    # `ChainVerifier._enter`, inline: old markers move to the end
-                    projection.pop("pauseCode", None)
-                    projection.pop("terminal", None)
-                    projection["state"] = target
-                    code = payload.get("code")
-                    if isinstance(code, str):
-                        projection["pauseCode"] = code
-                    if target in TERMINAL_STATES:
-                        projection["terminal"] = target
-                    projection["sequence"] = sequence
-                    projection["eventHash"] = event_hash
-                    prior = event_hash
-                    prior_ascii = event_hash.encode("ascii")  # equals a hexdigest
-                    count += 1
-                    folded = True
-            if not folded:
+                # `ChainVerifier._enter`, inline: old markers move to the end
+                _, _, target, code, terminal = move
+                projection.pop("pauseCode", None)
+                projection.pop("terminal", None)
+                projection["state"] = target
+                if code is not None:
+                    projection["pauseCode"] = code
+                if terminal:
+                    projection["terminal"] = target
+                projection["sequence"] = sequence
+                projection["eventHash"] = event_hash
+                prior = event_hash
+                prior_ascii = event_hash.encode("ascii")  # equals a hexdigest
+                count += 1
+            else:  # the rule decides
                 verifier.prior_hash, verifier.prior_ascii, verifier.count = (
                     prior,
                     prior_ascii,
@@ -111,11 +133,9 @@ def replay_rows(
                     verifier.count,
                 )
             if following <= sequence:
-                assert located is not None
-                pending = located.pending
+                assert located is not None and pending is not None
                 if (
-                    pending is not None
-                    and pending[0] == sequence
+                    following == sequence
                     and dumps is not None
                     and projection is not None
                     and not projection["deliveryBindings"]
@@ -130,10 +150,12 @@ def replay_rows(
                     except (TypeError, ValueError):
                         encoded = None
                     if pending[2] == encoded:
-                        pending = located.pending = next(located.rows, None)
+                        pending = next(streamed, None)
                         following = math.inf if pending is None else pending[0]
                 if following <= sequence:  # anything else: the rule decides
+                    located.pending = pending
                     following = located.observe(sequence, projection)
+                    pending = located.pending
             if sequence in waiting:
                 receipts.observe(sequence, projection)  # type: ignore[union-attr]
             if recorded_at is not None:
@@ -143,7 +165,9 @@ def replay_rows(
     finally:
         # the locals are the verifier's state (a failed `feed` changed nothing)
         verifier.prior_hash, verifier.prior_ascii, verifier.count = prior, prior_ascii, count
+        if located is not None:
+            located.pending = pending
     return decrease
 
 
-__all__ = ["EventRows", "TimeDecrease", "replay_rows"]
+__all__ = ["EventRows", "TimeDecrease", "Transition", "replay_rows"]
