@@ -250,10 +250,15 @@ class ChainVerifier:
     def __init__(self) -> None:
         self.projection: Document | None = None
         self.prior_hash = ZERO_EVENT_HASH
-        self._prior_ascii = ZERO_EVENT_HASH.encode("ascii")
+        self.prior_ascii = ZERO_EVENT_HASH.encode("ascii")  # prior_hash, as hashed
         self.count = 0
         # payload text -> (value, canonical JSON or None), see `_decode`
         self._decoded: dict[str, tuple[Any, bytes | None]] = {}
+
+    @property
+    def decoded(self) -> dict[str, tuple[Any, bytes | None]]:
+        """The payload texts decoded so far (a bounded cache; `replay_rows` reads it)."""
+        return self._decoded
 
     def feed(
         self, sequence: int, type_: str, payload: Mapping[str, Any], hash_: str, prior_hash: str
@@ -282,7 +287,7 @@ class ChainVerifier:
             if type_json is not None and type(sequence) is int and 0 < sequence <= MAX_SAFE:
                 expected = sha256(
                     b'{"payload":%b,"priorHash":"%b","sequence":%d,"type":%b}'
-                    % (canonical, self._prior_ascii, sequence, type_json)
+                    % (canonical, self.prior_ascii, sequence, type_json)
                 ).hexdigest()
             else:
                 expected = hash_canonical_event(sequence, type_, canonical, prior_hash)
@@ -317,7 +322,7 @@ class ChainVerifier:
                 projection["sequence"] = sequence
                 projection["eventHash"] = hash_
                 self.prior_hash = hash_
-                self._prior_ascii = hash_.encode("ascii")  # a checked hexdigest
+                self.prior_ascii = hash_.encode("ascii")  # a checked hexdigest
                 self.count += 1
                 return payload
         self.advance(sequence, type_, payload, hash_)
@@ -379,7 +384,7 @@ class ChainVerifier:
                 error.sequence = sequence
             raise
         self.prior_hash = hash_
-        self._prior_ascii = hash_.encode("ascii")  # a checked hexdigest
+        self.prior_ascii = hash_.encode("ascii")  # a checked hexdigest
         self.count += 1
 
     def result(self) -> Document:

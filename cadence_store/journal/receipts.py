@@ -67,13 +67,13 @@ _SEQUENCE: Final = re.compile(r'"sequence":(\d{1,16})[,}]')
 
 _sha256: Final = hashlib.sha256
 
-_dumps: Callable[[Any], bytes] | None
+orjson_dumps: Callable[[Any], bytes] | None
 try:  # a dependency; the stdlib's exact path stands in without it
     import orjson
 
-    _dumps = orjson.dumps
+    orjson_dumps = orjson.dumps
 except ImportError:  # pragma: no cover
-    _dumps = None
+    orjson_dumps = None
 
 
 def _digest(text: str) -> bytes:
@@ -213,6 +213,18 @@ class ReceiptVerifier:
             outcome_json,
         )
 
+    def add_out_of_order(self, row: Sequence[Any]) -> None:
+        """`add` for a row that is not a journal receipt's usual shape, met outside
+        operation id order (located by its sequence column): the problem kept is the
+        first by operation id, as `add` keeps over rows read in that order."""
+        alone = ReceiptVerifier(self.run_id)
+        alone.add(row)
+        found = alone.problem
+        if found is not None and (
+            self.problem is None or found.operation_id < self.problem.operation_id
+        ):
+            self.problem = found
+
     def expect(self, outcome_json: str) -> bool:
         """Keep a receipt's digest under the sequence its text names, to be compared when
         the pass gets there; False when it names none."""
@@ -267,7 +279,11 @@ class LocatedReceipts:
     """Receipts streamed in sequence order, checked as the replay passes each sequence.
 
     `rows` yields `(sequence, operation_id, outcome_json)` of the run's journal receipts
-    whose stored `operations.sequence` column locates them, ascending by that column.
+    whose stored `operations.sequence` column locates them, ascending by that column;
+    or `(sequence, operation_id, outcome_json, other_shape)` of every row it locates,
+    `other_shape` None for a journal receipt's usual row (committed, no lease): the
+    others are never compared, only listed in `other_shapes` for the caller to check as
+    operations rows (`ReceiptVerifier.add_out_of_order`).
     Nothing is kept per receipt (memory stays flat in the run's length): at each event
     the receipts naming its sequence must be, byte for byte, `JSON.stringify` of the
     projection there. The column only locates: a receipt it places wrongly differs from
@@ -275,9 +291,12 @@ class LocatedReceipts:
     rows of other shapes go through `ReceiptVerifier.add` as before.
     """
 
-    def __init__(self, rows: Iterable[tuple[int, str, Any]]) -> None:
-        self._rows = iter(rows)
-        self._pending = next(self._rows, None)
+    def __init__(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        self.other_shapes: list[str] = []  # operation ids (none in a store it wrote)
+        # the rows after `pending`, and the next receipt to check (None: none is left);
+        # `replay_rows` takes the usual receipt past them itself
+        self.rows = iter(rows)
+        self.pending = next(self.rows, None)
         self.fault: ReceiptProblem | None = None
         # (operation_id, sequence its text names, text) of receipts stored at another
         # sequence than their text names (never written so): the caller checks them with
@@ -287,16 +306,18 @@ class LocatedReceipts:
     @property
     def next_sequence(self) -> int | float:
         """The sequence of the next receipt to check (infinity: none is left)."""
-        return math.inf if self._pending is None else self._pending[0]
+        return math.inf if self.pending is None else self.pending[0]
 
     def observe(self, sequence: int, projection: Document | None) -> int | float:
         """Check the receipts located at or before `sequence` (call it, in chain order,
         when `next_sequence <= sequence`); returns the new `next_sequence`."""
         encoded: str | None = None
-        pending = self._pending
+        pending = self.pending
         while pending is not None and pending[0] <= sequence:
-            located, operation_id, text = pending
-            if self.fault is None:
+            located, operation_id, text, *shape = pending
+            if shape and shape[0] is not None:
+                self.other_shapes.append(operation_id)
+            elif self.fault is None:
                 if located != sequence:  # before the first event: not on the chain
                     self._misplaced(operation_id, located, text, None)
                 else:
@@ -306,8 +327,8 @@ class LocatedReceipts:
                         problem = _located_difference(operation_id, sequence, projection, text)
                         if problem is not None:
                             self._misplaced(operation_id, sequence, text, problem)
-            pending = next(self._rows, None)
-        self._pending = pending
+            pending = next(self.rows, None)
+        self.pending = pending
         return math.inf if pending is None else pending[0]
 
     def _misplaced(
@@ -325,10 +346,13 @@ class LocatedReceipts:
     def finish(self) -> ReceiptProblem | None:
         """After the last event: the first fault, or a receipt located beyond the head
         (then also see `elsewhere`)."""
-        while self.fault is None and self._pending is not None:
-            located, operation_id, text = self._pending
-            self._misplaced(operation_id, located, text, None)
-            self._pending = next(self._rows, None)
+        while self.pending is not None:
+            located, operation_id, text, *shape = self.pending
+            if shape and shape[0] is not None:
+                self.other_shapes.append(operation_id)
+            elif self.fault is None:
+                self._misplaced(operation_id, located, text, None)
+            self.pending = next(self.rows, None)
         return self.fault
 
 
@@ -338,14 +362,14 @@ def _fast_stringify(projection: Document | None) -> str | None:
     (enumerations, sha256 hex, safe integers, strings) except the extra keys an approval
     proof may carry; orjson writes such strings as JSON.stringify does (tested for every
     code point) and raises on lone surrogates."""
-    if projection is None or _dumps is None:
+    if projection is None or orjson_dumps is None:
         return None
     for binding in projection.get("deliveryBindings") or ():
         proof = binding.get("approvalProof")
         if proof is not None and len(proof) != 3:  # revision, contractHash, recordHash
             return None
     try:
-        return _dumps(projection).decode()
+        return orjson_dumps(projection).decode()
     except (TypeError, ValueError):
         return None
 

@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 from ..errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
 from ..journal import ChainVerifier, RunEvent, RunProjection
 from ..journal.documents import Document, event_payload, projection_of, stored_projection
 from ..journal.receipts import LocatedReceipts, ReceiptVerifier, receipt_error
+from ..journal.replay import replay_rows
 from ..journal.validation import require_operation_id, require_run_id
 from ..journal.verification import MIRRORED_COLUMNS, stored_difference
 from ..journal.views import RunDetail, StoreCounts, check_run_listing
@@ -22,6 +23,7 @@ from ..storage.run_statements import (
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_PAGE,
     LOCATED_RECEIPTS_OF_RUN,
+    OPERATION,
     OPERATIONS_OF_RUN,
     RUN_IDS,
     UNLOCATED_OPERATIONS_OF_RUN,
@@ -61,16 +63,24 @@ class RunReading(RepositoryCore):
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash, recorded_at) in order,
         fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
-        an `EventRow` per row would cost verification time; only a page's last is named."""
+        an `EventRow` per row would cost verification time."""
+        for page in self._event_pages(run_id):
+            yield from page
+
+    def _event_pages(self, run_id: str) -> Iterator[list[tuple[Any, ...]]]:
+        """`iter_event_rows`' pages (a replay iterates them in C, no generator step per
+        event); only a page's last row is named."""
         sql = self._read_statements()
         page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
         while page:
-            yield from page
+            yield page
             if len(page) < EVENT_BATCH:
                 break
-            last = EventRow(*page[-1])
             page = sql.raw_rows(
-                EVENTS_OF_RUN_AFTER, run_id=run_id, after=last.sequence, limit=EVENT_BATCH
+                EVENTS_OF_RUN_AFTER,
+                run_id=run_id,
+                after=EventRow(*page[-1]).sequence,
+                limit=EVENT_BATCH,
             )
 
     @coded(READ)
@@ -95,40 +105,16 @@ class RunReading(RepositoryCore):
         located: LocatedReceipts | None = None,
     ) -> Document:
         verifier = ChainVerifier()
-        waiting = {} if receipts is None else receipts.waiting
-        # the sequence of the next receipt streamed in chain order (inf: none)
-        following = math.inf if located is None else located.next_sequence
-        latest = -1  # the latest recorded_at so far (-1: none yet)
-        decreased_at = 0  # the first sequence whose recorded_at is below an earlier one
-        before = after = 0  # that earlier time, and that sequence's
         try:
-            feed = verifier.feed_json
-            for (
-                sequence,
-                type_,
-                payload_json,
-                prior_hash,
-                event_hash,
-                recorded_at,
-            ) in self.iter_event_rows(run_id):
-                feed(sequence, type_, payload_json, event_hash, prior_hash)
-                if following <= sequence:
-                    following = located.observe(sequence, verifier.projection)  # type: ignore[union-attr]
-                if sequence in waiting:
-                    receipts.observe(sequence, verifier.projection)  # type: ignore[union-attr]
-                if recorded_at is not None:
-                    if recorded_at < latest and not decreased_at:
-                        decreased_at, before, after = sequence, latest, recorded_at
-                    latest = recorded_at
-            if decreased_at and receipts is not None:
+            rows = chain.from_iterable(self._event_pages(run_id))
+            decrease = replay_rows(verifier, rows, receipts, located)
+            if decrease is not None and receipts is not None:
                 # times are outside the hash: reported, never a verification failure
                 logger.warning(
                     "cadence-store: run %s: recorded_at decreases at sequence %d "
                     "(%d ms, after %d ms); the chain itself verifies",
                     run_id,
-                    decreased_at,
-                    after,
-                    before,
+                    *decrease,
                 )
             return verifier.result()
         except JournalIntegrityError as error:
@@ -174,17 +160,22 @@ class RunReading(RepositoryCore):
         if row is None:
             raise RunNotFoundError("run-not-found")
         # receipts are streamed in chain order beside the events (nothing kept per
-        # receipt); the few rows that stream does not prove are checked as they come
+        # receipt); the few rows it does not locate are checked first, and those it
+        # locates without a receipt's shape (never written so) after it
         receipts = ReceiptVerifier(run_id)
         for operation in sql.raw_stream(UNLOCATED_OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
             receipts.add(operation)
-        stream = sql.raw_stream(LOCATED_RECEIPTS_OF_RUN, EVENT_BATCH, run_id=run_id)
+        stream = sql.raw_pages(LOCATED_RECEIPTS_OF_RUN, EVENT_BATCH, run_id=run_id)
         try:
-            located = LocatedReceipts(stream)
+            located = LocatedReceipts(chain.from_iterable(stream))
             rebuilt = self._replay_chain(run_id, receipts, located)
             located_fault = located.finish()
         finally:
             stream.close()
+        for operation_id in located.other_shapes:
+            other = sql.one(OPERATION, run_id=run_id, operation_id=operation_id)
+            if other is not None:  # None: deleted since (then it holds nothing to check)
+                receipts.add_out_of_order((operation_id, *other))
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
         difference = stored_difference(
             rebuilt,

@@ -107,6 +107,7 @@ class LocatedReceiptRow(NamedTuple):
     sequence: int
     operation_id: str
     outcome_json: str | None
+    other_shape: int | None  # NULL: a journal receipt's row (committed, no lease)
 
 
 class EventRow(NamedTuple):

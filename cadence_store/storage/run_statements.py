@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sqlalchemy import bindparam, func, literal, literal_column, or_, select, update
+from sqlalchemy import and_, bindparam, case, func, literal, literal_column, null, select, update
 from sqlalchemy.sql import ClauseElement, Select
 
 from ..journal.verification import BINDING_COLUMNS
@@ -309,39 +309,41 @@ OPERATIONS_OF_RUN: Final = Query(
     ),
     OperationOfRunRow,
 )
-# verify_integrity's two reads of them: the journal receipts in chain order (by the index
-# on run_id, sequence), compared as the replay passes their sequence...
+# verify_integrity's two reads of them: every row the (run_id, sequence) index locates, in
+# chain order, compared as the replay passes their sequence, with NULL for `other_shape`
+# when it has a journal receipt's (kind, committed, no lease; else the row is read again
+# and checked as an operations row, never compared)...
+_SHAPED_RECEIPT: Final = and_(
+    operations.c.kind.in_(_RECEIPT_KINDS),
+    operations.c.state == literal_column(f"'{COMMITTED}'"),
+    operations.c.lease_token.is_(None),
+    operations.c.lease_expires_at.is_(None),
+    operations.c.lease_fence.is_(None),
+)
 LOCATED_RECEIPTS_OF_RUN: Final = Query(
     "located_receipts_of_run",
     lambda _: (
-        select(operations.c.sequence, operations.c.operation_id, operations.c.outcome_json)
-        .where(
-            operations.c.run_id == bindparam("run_id"),
-            operations.c.sequence.is_not(None),
-            operations.c.kind.in_(_RECEIPT_KINDS),
+        select(
+            operations.c.sequence,
+            operations.c.operation_id,
+            operations.c.outcome_json,
+            case((_SHAPED_RECEIPT, null()), else_=literal_column("1")).label("other_shape"),
         )
+        .where(operations.c.run_id == bindparam("run_id"), operations.c.sequence.is_not(None))
         .order_by(operations.c.sequence)
     ),
     LocatedReceiptRow,
 )
-# ...and every row that stream does not prove: leases, receipts without a sequence, rows
-# of any other shape (few; each is checked as before)
+# ...and the rows it does not locate (a NULL sequence: leases, receipts whose text names
+# none; few, found by the same index, each checked as an operations row)
 UNLOCATED_OPERATIONS_OF_RUN: Final = Query(
     "unlocated_operations_of_run",
     lambda _: (
         select(operations.c.operation_id, *_OPERATION_COLUMNS)
-        .where(
-            operations.c.run_id == bindparam("run_id"),
-            or_(
-                operations.c.sequence.is_(None),
-                operations.c.kind.not_in(_RECEIPT_KINDS),
-                operations.c.state != literal_column(f"'{COMMITTED}'"),
-                operations.c.lease_token.is_not(None),
-                operations.c.lease_expires_at.is_not(None),
-                operations.c.lease_fence.is_not(None),
-            ),
-        )
-        .order_by(operations.c.operation_id)
+        .where(operations.c.run_id == bindparam("run_id"), operations.c.sequence.is_(None))
+        # by an expression: an ordered walk of the primary key would read every row of
+        # the run; these few are sorted (the same order, the column's collation)
+        .order_by(operations.c.operation_id.concat(literal_column("''")))
     ),
     OperationOfRunRow,
 )

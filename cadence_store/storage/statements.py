@@ -229,12 +229,20 @@ class Statements:
     ) -> Generator[tuple[Any, ...]]:
         """`stream` as the driver's plain tuples (see `raw_rows`); closing the generator
         closes its cursor."""
+        for rows in self.raw_pages(query, batch, **params):
+            yield from rows
+
+    def raw_pages(
+        self, query: Query[Row], batch: int, **params: Any
+    ) -> Generator[list[tuple[Any, ...]]]:
+        """`raw_stream` a batch at a time (a reader that chains them in C takes no
+        generator step per row); closing the generator closes its cursor."""
         statement = _compiled(self._dialect, query, self._schema_map)
         args = statement.arguments(params)
         cursor = self.profile.streaming_cursor(self._raw, bool(self._dialect.is_async))
         try:
             cursor.execute(statement.text, args)
             while rows := cursor.fetchmany(batch):
-                yield from rows
+                yield rows
         finally:
             cursor.close()

@@ -280,6 +280,46 @@ def _named(output: str, run_ids: dict[str, str], path: str) -> list[str]:
     return problems
 
 
+@pytest.mark.parametrize(
+    ("tampers", "operation_id", "code"),
+    [
+        # two located receipts: "ready" (sequence 4) before "validate" (3) by id
+        (
+            [set_operation("ready", "state", "running"), set_operation("validate", "kind", "x")],
+            "ready",
+            STATE_INVALID,
+        ),
+        # ...and an unlocated lease row before both by id
+        (
+            [
+                set_operation("ready", "state", "running"),
+                set_operation("validate", "kind", "x"),
+                set_operation("committed-lease", "state", "bogus"),
+            ],
+            "committed-lease",
+            STATE_INVALID,
+        ),
+    ],
+)
+def test_of_several_bad_operations_rows_the_first_by_operation_id_is_named(
+    store: RunStore,
+    db: Engine,
+    tampers: list[Callable[[Connection, str], None]],
+    operation_id: str,
+    code: str,
+) -> None:
+    """Rows the sequence index locates and rows it does not are judged in one order, the
+    operation ids', whichever read meets them first (issue 27: the located ones are no
+    longer read by a scan of every row of the run)."""
+    run_id = build_run(store, "several")
+    with db.begin() as connection:
+        for tamper in tampers:
+            tamper(connection, run_id)
+    with pytest.raises(JournalIntegrityError) as raised:
+        store.verify_integrity(run_id)
+    assert (raised.value.code, raised.value.operation_id) == (code, operation_id)
+
+
 def test_a_genuine_receipt_copied_to_another_operation_is_still_a_chain_projection(
     store: RunStore, db: Engine
 ) -> None:
