@@ -322,13 +322,13 @@ class RepositoryCore:
         event = self._next_event(head, type_, payload)
         params = event.parameters()
         params["now"] = self._append_now()
-        if sql.write(ADVANCE_RUN, **params) != 1:
+        if sql.write_from(ADVANCE_RUN, params) != 1:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
-        sql.write(INSERT_EVENT, **params)
+        sql.write_from(INSERT_EVENT, params)
         note_appended()
         self._remember(event)
         return event.document, event.projection_json
@@ -348,14 +348,14 @@ class RepositoryCore:
         if known:
             params["prior_projection_json"] = event.head.projection_json
         if sql.profile.one_statement_append:
-            found = sql.one(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, **params)
+            found = sql.one_from(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, params)
             appended = found is not None and found.advanced == 1
         else:
             advance = ADVANCE_KNOWN if known else ADVANCE_UNRECORDED
-            appended = sql.write(advance, **params) == 1
+            appended = sql.write_from(advance, params) == 1
             if appended:
-                sql.write(INSERT_EVENT, **params)
-                sql.write(INSERT_RECEIPT, **params)
+                sql.write_from(INSERT_EVENT, params)
+                sql.write_from(INSERT_RECEIPT, params)
         if appended:
             note_appended()
             self._remember(event)
