@@ -82,13 +82,17 @@ class Failover:
         if self.timeout_s <= 0:
             return attempt(False)
         if not self._interrupts:
-            deadline = time.monotonic() + self.timeout_s
-            return self._attempts(attempt, lambda: time.monotonic() >= deadline)
+            return self._attempts(attempt, None)
         with call_budget(self.timeout_s) as bound:
             return self._attempts(attempt, bound.expired_flag)
 
-    def _attempts(self, attempt: Callable[[bool], T], expired: Callable[[], bool]) -> T:
-        budget = _Budget(self._monotonic() + self.timeout_s, expired)
+    def _attempts(self, attempt: Callable[[bool], T], expired: Callable[[], bool] | None) -> T:
+        """`expired`: the watchdog's flag (None: the clock says when the budget ran out)."""
+        deadline = self._monotonic() + self.timeout_s
+        if expired is None:
+            monotonic = self._monotonic
+            expired = lambda: monotonic() >= deadline  # noqa: E731
+        budget = _Budget(deadline, expired)
         while True:
             try:
                 return attempt(budget.retries > 0)
