@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from ..storage.append_statements import (
     INSERT_RECEIPT,
     UPSERT_RECEIPT,
 )
-from ..storage.failures import WRITE, coded
+from ..storage.failures import WRITE, database_errors
 from ..storage.rows import OperationRow
 from ..storage.run_statements import (
     ADVISORY_LOCK,
@@ -126,16 +127,18 @@ def journal_write(method: Callable[P, R]) -> Callable[P, R]:
     """`coded(WRITE)` for a journal call that writes, which also tells its transaction
     when the call failed (after writing a row, or at a statement): a unit of work must
     not commit what is left of it."""
-    guarded = coded(WRITE)(method)
+    assert not inspect.isgeneratorfunction(method)
+    guard = database_errors(WRITE)  # `coded(WRITE)`, in the same frame
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        repository, *_ = args  # the method's self
+        repository = args[0]  # the method's self
         assert isinstance(repository, RepositoryCore)
         transaction = repository.transaction
         before = transaction.writes
         try:
-            return guarded(*args, **kwargs)
+            with guard:
+                return method(*args, **kwargs)
         except BaseException as error:
             transaction.note_failure(error, wrote=transaction.writes != before)
             raise
