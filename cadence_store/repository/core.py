@@ -198,7 +198,10 @@ class RepositoryCore:
 
     def _now(self) -> int:
         now = self._clock()
-        if isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now):
+        # the system clock's milliseconds are a safe integer; a caller's clock is checked
+        if self._explicit_clock and (
+            isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now)
+        ):
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
