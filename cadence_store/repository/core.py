@@ -132,7 +132,7 @@ def journal_write(method: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        repository = args[0]  # the method's self
+        repository, *_ = args  # the method's self
         assert isinstance(repository, RepositoryCore)
         transaction = repository.transaction
         before = transaction.writes
