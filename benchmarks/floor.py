@@ -4,9 +4,10 @@
 with `sqlite3.Connection.set_trace_callback`): BEGIN IMMEDIATE, the run's head, the
 guarded UPDATE of the run (compare-and-set on the head, only while the operation id has
 no receipt, `updated_at` never earlier than before), the event INSERT stamped with the
-run's `updated_at`, the receipt INSERT, COMMIT, with the same row contents, on the same
-schema and indexes. It builds the event (sha256 of its canonical JSON) and the next
-projection, and skips everything a library adds (validation, error codes, retries,
+run's `updated_at` and given the next journal feed position, the receipt INSERT naming
+the event's sequence, COMMIT, with the same row contents, on the same schema and
+indexes. It builds the event (sha256 of its canonical JSON) and the next projection, and
+skips everything a library adds (validation, error codes, retries,
 replay answers), so it is the lower bound to compare against.
 
 `SqliteReceiptFirstFloor` is the floor of the earlier rounds (read the receipt, then the
@@ -63,12 +64,13 @@ _ADVANCE_KNOWN_SQL = _ADVANCE_SQL.replace(
 )
 _EVENT_SQL = (
     "INSERT INTO events (run_id, sequence, type, payload_json, prior_hash, event_hash,"
-    " recorded_at) VALUES (?, ?, 'state-transitioned', ?, ?, ?,"
-    " (SELECT updated_at FROM runs WHERE run_id = ?))"
+    " recorded_at, feed_position) VALUES (?, ?, 'state-transitioned', ?, ?, ?,"
+    " (SELECT updated_at FROM runs WHERE run_id = ?),"
+    " (SELECT coalesce(max(feed_position), 0) + 1 FROM events))"
 )
 _RECEIPT_SQL = (
-    "INSERT INTO operations (run_id, operation_id, kind, state, outcome_json)"
-    " VALUES (?, ?, 'state-transitioned', 'committed', ?)"
+    "INSERT INTO operations (run_id, operation_id, kind, state, outcome_json, sequence)"
+    " VALUES (?, ?, 'state-transitioned', 'committed', ?, ?)"
 )
 
 
@@ -140,7 +142,7 @@ class SqliteFloor:
             (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior)
             + (digest, run_id),
         )
-        self.db.execute(_RECEIPT_SQL, (run_id, operation_id, outcome))
+        self.db.execute(_RECEIPT_SQL, (run_id, operation_id, outcome, sequence))
         if self._heads is not None:
             self._heads[run_id] = (outcome, sequence, digest, projection)
         return True

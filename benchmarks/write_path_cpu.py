@@ -7,7 +7,9 @@ gives the 25th percentile of the per-round means (the least disturbed rounds).
 - `RunStore.transition`: the whole call (failover wrapper, retries, direct write path);
 - `direct path`: `DirectWrites.run` alone (kept connection, BEGIN IMMEDIATE, COMMIT);
 - `repository`: `RunRepository.transition` on a held DB-API connection, begun by hand;
-- `floor`: the hand-written DB-API transaction (`floor.py`).
+- `floor`: the hand-written DB-API transaction (`floor.py`), remembering heads as the
+  store does (the floor of `benchmarks.sqlite_gap`);
+- `floor_read_head`: the same, reading the head in every transaction.
 
 Each step down removes one layer; the differences are that layer's cost.
 """
@@ -48,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     _without_fsync()
     path = Path(tempfile.mkdtemp(prefix="cadence-cpu-")) / "cpu.sqlite3"
     store = open_store(f"sqlite:///{path}")
-    floor = SqliteFloor(str(path))
-    floor.db.execute("PRAGMA synchronous = OFF")
-    names = ["RunStore.transition", "runner", "repository", "floor"]
+    floor = SqliteFloor(str(path), remember_heads=True)
+    floor_read_head = SqliteFloor(str(path))
+    for each in (floor, floor_read_head):
+        each.db.execute("PRAGMA synchronous = OFF")
+    names = ["RunStore.transition", "runner", "repository", "floor", "floor_read_head"]
     runs = {name: paused_run(store, f"layer-{index}") for index, name in enumerate(names)}
     held = store.engine.raw_connection()
     raw = held.dbapi_connection
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "repository": repository,
         "floor": lambda r, op: floor.transition(r, op, "paused", "x"),
+        "floor_read_head": lambda r, op: floor_read_head.transition(r, op, "paused", "x"),
     }
     means: dict[str, list[float]] = {name: [] for name in variants}
     counter = 0
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             means[name].append((time.perf_counter() - started) / 200 * 1e6)
     held.close()
     floor.close()
+    floor_read_head.close()
     store.close()
     floor_us = statistics.quantiles(means["floor"], n=4)[0]
     print("| layer | µs per call (p25 of round means) | above the floor |")

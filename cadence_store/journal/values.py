@@ -26,16 +26,20 @@ from .canonical import js_stringify
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def _construct(model: type[ModelT], values: dict[str, Any]) -> ModelT:
+def _construct(
+    model: type[ModelT], values: dict[str, Any], document: dict[str, Any] | None = None
+) -> ModelT:
     """`model.model_construct(**values)` for values that name every field: the same
-    instance state (`__dict__`, fields set, no extras, private defaults), without its
-    generic per-field work."""
+    instance state (`__dict__`, fields set, no extras, private defaults; a
+    `RunProjection`'s `document`), without its generic per-field work."""
     instance = model.__new__(model)
     object.__setattr__(instance, "__dict__", values)
     object.__setattr__(instance, "__pydantic_fields_set__", set(values))
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(
-        instance, "__pydantic_private__", {"_document": None} if model is RunProjection else None
+        instance,
+        "__pydantic_private__",
+        {"_document": document} if model is RunProjection else None,
     )
     return instance
 
@@ -189,8 +193,8 @@ class RunProjection(_Value):
                 "pause_code": document.get("pauseCode"),
                 "terminal": document.get("terminal"),
             },
+            document,
         )
-        projection._document = document
         return projection
 
     def __eq__(self, other: object) -> bool:

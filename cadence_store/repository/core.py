@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from ..storage.append_statements import (
     INSERT_RECEIPT,
     UPSERT_RECEIPT,
 )
-from ..storage.failures import WRITE, coded
+from ..storage.failures import WRITE, database_errors
 from ..storage.rows import OperationRow
 from ..storage.run_statements import (
     ADVISORY_LOCK,
@@ -126,7 +127,8 @@ def journal_write(method: Callable[P, R]) -> Callable[P, R]:
     """`coded(WRITE)` for a journal call that writes, which also tells its transaction
     when the call failed (after writing a row, or at a statement): a unit of work must
     not commit what is left of it."""
-    guarded = coded(WRITE)(method)
+    assert not inspect.isgeneratorfunction(method)
+    guard = database_errors(WRITE)  # `coded(WRITE)`, in the same frame
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -135,7 +137,8 @@ def journal_write(method: Callable[P, R]) -> Callable[P, R]:
         transaction = repository.transaction
         before = transaction.writes
         try:
-            return guarded(*args, **kwargs)
+            with guard:
+                return method(*args, **kwargs)
         except BaseException as error:
             transaction.note_failure(error, wrote=transaction.writes != before)
             raise
@@ -195,7 +198,10 @@ class RepositoryCore:
 
     def _now(self) -> int:
         now = self._clock()
-        if isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now):
+        # the system clock's milliseconds are a safe integer; a caller's clock is checked
+        if self._explicit_clock and (
+            isinstance(now, bool) or not isinstance(now, int) or not is_safe_integer(now)
+        ):
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
@@ -322,13 +328,13 @@ class RepositoryCore:
         event = self._next_event(head, type_, payload)
         params = event.parameters()
         params["now"] = self._append_now()
-        if sql.write(ADVANCE_RUN, **params) != 1:
+        if sql.write_from(ADVANCE_RUN, params) != 1:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
-        sql.write(INSERT_EVENT, **params)
+        sql.write_from(INSERT_EVENT, params)
         note_appended()
         self.transaction.note_append()
         self._remember(event)
@@ -349,14 +355,14 @@ class RepositoryCore:
         if known:
             params["prior_projection_json"] = event.head.projection_json
         if sql.profile.one_statement_append:
-            found = sql.one(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, **params)
+            found = sql.one_from(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, params)
             appended = found is not None and found.advanced == 1
         else:
             advance = ADVANCE_KNOWN if known else ADVANCE_UNRECORDED
-            appended = sql.write(advance, **params) == 1
+            appended = sql.write_from(advance, params) == 1
             if appended:
-                sql.write(INSERT_EVENT, **params)
-                sql.write(INSERT_RECEIPT, **params)
+                sql.write_from(INSERT_EVENT, params)
+                sql.write_from(INSERT_RECEIPT, params)
         if appended:
             note_appended()
             self.transaction.note_append()

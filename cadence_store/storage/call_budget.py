@@ -177,3 +177,9 @@ def bound_attempts(engine: Engine) -> None:
     event.listen(engine, "do_connect", _on_connect)
     event.listen(engine.pool, "checkout", _on_checkout)
     event.listen(engine.pool, "checkin", _unwatch)
+
+
+def attempts_bounded(engine: Engine) -> bool:
+    """Whether `bound_attempts` watches `engine`'s connections (else no connection of a
+    call on it is ever interrupted: SQLite, a host's engine)."""
+    return event.contains(engine.pool, "checkout", _on_checkout)

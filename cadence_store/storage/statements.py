@@ -60,13 +60,12 @@ class CompiledStatement:
     text: str
     positions: tuple[str, ...] | None  # parameter order for positional paramstyles
     constants: dict[str, Any]  # values the statement itself binds (e.g. state='committed')
-    _pick: Callable[[Mapping[str, Any]], Any] | None = None  # positions, as one C call
+    _pick: Callable[[Mapping[str, Any]], Any] | None = None  # positional arguments
 
     def arguments(self, params: Mapping[str, Any]) -> Any:
-        values = {**self.constants, **params} if self.constants else params
-        if self._pick is None:
-            return values
-        return self._pick(values)
+        if self._pick is not None:
+            return self._pick(params)
+        return {**self.constants, **params} if self.constants else params
 
 
 # (dialect, driver, paramstyle, schema map) -> statement -> compiled statement
@@ -94,16 +93,63 @@ def _compiled(dialect: Dialect, statement: Statement, schema_map: SchemaMap) -> 
     return cached
 
 
-def _picker(positions: tuple[str, ...] | None) -> Callable[[Mapping[str, Any]], Any] | None:
-    """The positional arguments' tuple from a mapping of named values."""
+Pick = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+
+
+def _getter(names: list[str]) -> Pick:
+    if len(names) == 1:
+        (only,) = names
+        return lambda values: (values[only],)
+    return operator.itemgetter(*names)
+
+
+def _constants_getter(names: list[str], constants: Mapping[str, Any]) -> Pick:
+    """The statement's own values, unless the caller names them (as `{**constants,
+    **params}` would)."""
+    if len(names) == 1:
+        (only,) = names
+        value = constants[only]
+        return lambda values: (values.get(only, value),)
+    pairs = [(name, constants[name]) for name in names]
+    return lambda values: tuple([values.get(name, value) for name, value in pairs])
+
+
+def _picker(positions: tuple[str, ...] | None, constants: Mapping[str, Any]) -> Pick | None:
+    """The positional arguments' tuple from a mapping of named values, the statement's
+    own constants in their places: the caller's mapping is never copied or merged (the
+    append sends one mapping to three statements)."""
     if positions is None:
         return None
-    if not positions:
+    # runs of caller values and of constants, in order
+    runs: list[tuple[bool, list[str]]] = []
+    for name in positions:
+        constant = name in constants
+        if not runs or runs[-1][0] != constant:
+            runs.append((constant, []))
+        runs[-1][1].append(name)
+    parts = [
+        _constants_getter(names, constants) if constant else _getter(names)
+        for constant, names in runs
+    ]
+    if not parts:
         return lambda _values: ()
-    if len(positions) == 1:
-        (only,) = positions
-        return lambda values: (values[only],)
-    return operator.itemgetter(*positions)
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 2:
+        first, second = parts
+        return lambda values: first(values) + second(values)
+    if len(parts) == 3:
+        first, second, third = parts
+        return lambda values: first(values) + second(values) + third(values)
+    chain = tuple(parts)
+
+    def pick(values: Mapping[str, Any]) -> tuple[Any, ...]:
+        picked: tuple[Any, ...] = ()
+        for part in chain:
+            picked += part(values)
+        return picked
+
+    return pick
 
 
 def compile_statement(
@@ -118,7 +164,7 @@ def compile_statement(
     constants = {
         name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
     }
-    return CompiledStatement(compiled.string, positions, constants, _picker(positions))
+    return CompiledStatement(compiled.string, positions, constants, _picker(positions, constants))
 
 
 class _ObservedCursor:
@@ -198,6 +244,11 @@ class Statements:
 
     def one(self, query: Query[Row], **params: Any) -> Row | None:
         """The first row, as the query's row type (None: no row)."""
+        return self.one_from(query, params)
+
+    def one_from(self, query: Query[Row], params: Mapping[str, Any]) -> Row | None:
+        """`one` with the values in a mapping (not copied: a hot path's one mapping
+        serves several statements)."""
         found = self._run(query, params).fetchone()
         return None if found is None else query.row(*found)
 
@@ -212,6 +263,10 @@ class Statements:
         return rows
 
     def write(self, write: Write, **params: Any) -> int:
+        return self.write_from(write, params)
+
+    def write_from(self, write: Write, params: Mapping[str, Any]) -> int:
+        """`write` with the values in a mapping (see `one_from`)."""
         count: int = self._run(write, params).rowcount
         if count > 0:
             self.writes += count

@@ -212,7 +212,11 @@ def transition(
     """Move a run to state `to` (one event); `code`: the pause code of a pause."""
 
     def work(runs: RunRepository) -> RunProjection:
-        return runs.transition(run_id, to, operation_id=operation_id, code=code, lease=lease)
+        # `transition` without its own frame: the hot path's layers are its cost
+        projection, _ = runs.transition_once(
+            run_id, to, operation_id=operation_id, code=code, lease=lease
+        )
+        return projection
 
     return Call(work, _then(_replay_first(run_id, operation_id, TRANSITIONED), work))
 

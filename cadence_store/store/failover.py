@@ -61,27 +61,43 @@ class Failover:
         forget_connections: Callable[[], None] = lambda: None,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        interrupts: bool = True,
     ) -> None:
         """`database`: the URL with its password masked, for the log; `forget_connections`
-        drops pooled connections that may point at the old primary."""
+        drops pooled connections that may point at the old primary. `interrupts`: the
+        engine's connections are watched (`call_budget.attempts_bounded`); on one whose
+        are not, an attempt past the deadline is only told by the clock, which is all the
+        watchdog would do for it (a budget's registration cost a tenth of the store's
+        own work on a SQLite transition)."""
         self.timeout_s = require_failover_timeout(timeout_s)
         self._database = database
         self._forget_connections = forget_connections
         self._monotonic = monotonic
         self._sleep = sleep
+        self._interrupts = interrupts
 
     def run(self, attempt: Callable[[bool], T]) -> T:
         """The whole call, first attempt included, ends within `timeout_s` (+ the last
         backoff's rounding): a stuck attempt is interrupted (`call_budget`)."""
         if self.timeout_s <= 0:
             return attempt(False)
+        if not self._interrupts:
+            return self._attempts(attempt, None)
         with call_budget(self.timeout_s) as bound:
-            budget = _Budget(self._monotonic() + self.timeout_s, bound.expired_flag)
-            while True:
-                try:
-                    return attempt(budget.retries > 0)
-                except CadenceStoreError as error:
-                    self._sleep(self._next_delay(error, budget))
+            return self._attempts(attempt, bound.expired_flag)
+
+    def _attempts(self, attempt: Callable[[bool], T], expired: Callable[[], bool] | None) -> T:
+        """`expired`: the watchdog's flag (None: the clock says when the budget ran out)."""
+        deadline = self._monotonic() + self.timeout_s
+        if expired is None:
+            monotonic = self._monotonic
+            expired = lambda: monotonic() >= deadline  # noqa: E731
+        budget = _Budget(deadline, expired)
+        while True:
+            try:
+                return attempt(budget.retries > 0)
+            except CadenceStoreError as error:
+                self._sleep(self._next_delay(error, budget))
 
     async def run_async(self, attempt: Callable[[bool], Awaitable[T]]) -> T:
         """`run` for a coroutine's attempts (the waits are the event loop's; an attempt

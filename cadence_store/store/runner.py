@@ -31,6 +31,7 @@ from sqlalchemy.util.concurrency import await_only, in_greenlet
 from ..errors import StoreBusyError, StoreUnavailableError
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction
+from ..storage.call_budget import attempts_bounded
 from ..storage.dialects import profile_of
 from ..storage.engine import masked_url, read_snapshot
 from ..storage.failures import READ, database_errors, is_database_error, is_retryable
@@ -84,6 +85,7 @@ class Runner:
             database=masked_url(engine.url),
             forget_connections=self.forget_connections,
             sleep=pause,
+            interrupts=attempts_bounded(base_engine),
         )
         self._closed = False
         self._direct = (

@@ -251,3 +251,31 @@ def test_a_bad_failover_timeout_is_refused(pg_database_url: str, value: object) 
     with pytest.raises(InvalidInputError) as caught:
         RunStore(pg_database_url, failover_timeout_s=value)  # type: ignore[arg-type]
     assert caught.value.code == "invalid-failover-timeout"
+
+
+def test_without_a_watchdog_an_attempt_past_the_deadline_is_told_by_the_clock() -> None:
+    """On an engine whose connections are never interrupted (SQLite, a host's engine) a
+    database failure after the deadline reports the outcome unknown, as the watchdog's
+    flag makes it on a watched one; before the deadline it is raised as it is."""
+    clock = FakeTime()
+    failover = Failover(
+        5.0, database="x", monotonic=clock.monotonic, sleep=clock.sleep, interrupts=False
+    )
+
+    def attempt_taking(seconds: float) -> object:
+        def attempt(_again: bool) -> None:
+            clock.now += seconds
+            try:
+                raise sqlite3.IntegrityError("UNIQUE constraint failed")
+            except sqlite3.IntegrityError as error:
+                raise StoreBusyError("run-store-busy") from error
+
+        return attempt
+
+    with pytest.raises(StoreBusyError):
+        failover.run(attempt_taking(1.0))  # type: ignore[arg-type]
+    with pytest.raises(StoreUnavailableError) as caught:
+        failover.run(attempt_taking(6.0))  # type: ignore[arg-type]
+    assert caught.value.code == "run-store-unavailable"
+    assert isinstance(caught.value.__cause__, StoreBusyError)
+    assert clock.sleeps == []

@@ -421,6 +421,25 @@ def test_fast_and_exact_paths_agree(value: Any) -> None:
     assert canonical._encode(value, False, 0) == js_stringify(value)
 
 
+def test_the_plain_encoder_writes_what_the_c_encoder_writes() -> None:
+    """The writes' encoder of values `_is_plain` passes (orjson) against the stdlib C
+    encoder the proof is about: every code point but lone surrogates (which `_is_plain`
+    sends to the exact path), and floats in the range it lets through."""
+    points = [*range(0xD800), *range(0xE000, 0x110000, 7), 0x10FFFF]
+    texts = ["a" + chr(point) + "b" for point in points]
+    assert [canonical._plain_unsorted(t) for t in texts] == [
+        canonical._fast_unsorted(t) for t in texts
+    ]
+    keyed = {t: index for index, t in enumerate(reversed(texts))}
+    assert canonical._plain_sorted(keyed) == canonical._fast_sorted(keyed)
+    floats = [1e-4, 0.00010000000000000002, 0.1, 0.5, 2.5, 123.456, 1e15 + 0.5]
+    floats += [9999999999999998.0, 1234567890123456.8, 1 / 3, 2 / 3 * 1e12]
+    floats += [10 ** (exponent / 97) * sign for exponent in range(-388, 1552) for sign in (1, -1)]
+    plain = [f for f in floats if canonical._is_plain([f], True, 0)]
+    assert len(plain) > 3_000
+    assert canonical._plain_unsorted(plain) == canonical._fast_unsorted(plain)
+
+
 @_settings
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_floats_round_trip(number: float) -> None:
