@@ -115,6 +115,11 @@ class FeedNotifier:
                     self.served = upto
                     self._changed.notify_all()
         finally:
+            with self._changed:
+                if self._thread is threading.current_thread():  # ended by a failure
+                    self._thread = None  # the next poke starts another
+                    self.served = self.pokes  # and what is left is given up on
+                    self._changed.notify_all()
             sender.close()
             if loop is not None:
                 loop.close()
