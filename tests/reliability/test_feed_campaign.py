@@ -118,6 +118,9 @@ def _run_campaign(url: str, tmp_path: Path, campaign: Campaign) -> None:
             return _Child(tmp_path, f"{name}-{incarnation}", "follow", *args)
 
         steady, killed = follower("steady", 0), follower("killed", 0)
+        # the followers are live (given setup events) before any writer starts: the kill
+        # below then lands while the writers append, however slowly the children started
+        _wait_for_lines(logs["killed"], 5)
         writers = [
             _Child(
                 tmp_path,
@@ -131,7 +134,6 @@ def _run_campaign(url: str, tmp_path: Path, campaign: Campaign) -> None:
             )
             for w in range(WRITERS)
         ]
-        _wait_for_lines(logs["killed"], 5)
         time.sleep(campaign.seconds / 3)  # mid-run, while the writers append
         killed.kill()
         given_before_kill = len(_lines(logs["killed"]))
