@@ -43,7 +43,8 @@ def listener(db: Engine) -> Iterator[Any]:
 
 
 def _heard(listener: Any, timeout_s: float = 10.0) -> list[str]:
-    """The feed notifications that arrive within `timeout_s` of the first (at most 50)."""
+    """The channels of the notifications that arrive: the first within `timeout_s`, then
+    whatever follows within 0.2 s of it (empty when none came)."""
     return [note.channel for note in listener.notifies(timeout=timeout_s, stop_after=1)] + [
         note.channel for note in listener.notifies(timeout=0.2)
     ]
