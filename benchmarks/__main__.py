@@ -27,8 +27,12 @@ from typing import Any
 
 import sqlalchemy
 
+from cadence_store import RunStore
+from cadence_store.repository.run_repository import system_clock
+
 from .common import (
     HERE,
+    ROOT_HASH,
     Engine,
     FsyncReference,
     grow,
@@ -72,36 +76,62 @@ CADENCE_1X: dict[str, Any] = {
 
 
 def bench_transition(engine: Engine, rounds: int, per_round: int) -> dict[str, Any]:
-    """A durable transition: cadence-store against the hand-written floor, and the disk's
-    write+fsync as a reference, interleaved."""
+    """A durable transition on PostgreSQL: cadence-store against the hand-written floor,
+    each with and without statements prepared on the server, and the disk's write+fsync as
+    a reference, interleaved.
+
+    `store` is the store's default (no prepared statements: safe behind a transaction
+    pooler, `docs/how-to/deploy.md`), `store_prepared` the URL a direct connection should
+    use (`?prepare_threshold=5`); `floor` is psycopg's default (prepares after five uses),
+    `floor_unprepared` the floor with the store's default. Like is compared with like."""
     url = engine.fresh_url()
     store = open_store(url)
+    prepared_url = sqlalchemy.make_url(url).update_query_dict({"prepare_threshold": "5"})
+    store_prepared = RunStore(
+        prepared_url.render_as_string(hide_password=False), root_hash=ROOT_HASH
+    )
     floor = engine.floor(url)
+    floor_unprepared = engine.floor(url, prepare_threshold=None)
     fsync = FsyncReference(engine.workdir)
-    store_run, floor_run = paused_run(store, "store"), paused_run(store, "floor")
+    runs = {
+        name: paused_run(store, name)
+        for name in ("store", "store_prepared", "floor", "floor_unprepared")
+    }
+
+    def through_store(each: RunStore, run_id: str) -> Any:
+        return lambda n: each.transition(run_id, "paused", operation_id=f"t-{n}", code="bench")
+
+    def through_floor(each: Any, run_id: str) -> Any:
+        return lambda n: each.transition(run_id, f"t-{n}", "paused", "bench")
+
     settle()
     samples = interleave(
         {
-            "store": lambda n: store.transition(
-                store_run, "paused", operation_id=f"t-{n}", code="bench"
-            ),
-            "floor": lambda n: floor.transition(floor_run, f"t-{n}", "paused", "bench"),
+            "store": through_store(store, runs["store"]),
+            "store_prepared": through_store(store_prepared, runs["store_prepared"]),
+            "floor": through_floor(floor, runs["floor"]),
+            "floor_unprepared": through_floor(floor_unprepared, runs["floor_unprepared"]),
             "fsync": fsync,
         },
         rounds=rounds,
         per_round=per_round,
     )
-    store.verify_integrity(store_run)
-    store.verify_integrity(floor_run)  # the floor wrote a chain our verifier accepts
+    for run_id in runs.values():
+        store.verify_integrity(run_id)  # the floors wrote chains our verifier accepts
     fsync.close()
     floor.close()
+    floor_unprepared.close()
+    store_prepared.close()
     store.close()
     medians = {name: median_ms(values) for name, values in samples.items()}
     fsync_sorted = sorted(samples["fsync"])
     return {
         "store_ms": round(medians["store"], 4),
-        "floor_ms": round(medians["floor"], 4),
-        "ratio": round(medians["store"] / medians["floor"], 3),
+        "floor_ms": round(medians["floor_unprepared"], 4),
+        "ratio": round(medians["store"] / medians["floor_unprepared"], 3),
+        "store_prepared_ms": round(medians["store_prepared"], 4),
+        "floor_prepared_ms": round(medians["floor"], 4),
+        "prepared_ratio": round(medians["store_prepared"] / medians["floor"], 3),
         "fsync_ms": round(medians["fsync"], 4),
         "fsync_p90_ms": round(fsync_sorted[int(len(fsync_sorted) * 0.9)] * 1000, 4),
         "samples": len(samples["store"]),
@@ -112,11 +142,6 @@ def bench_fenced_transition(engine: Engine, rounds: int, per_round: int) -> dict
     """A transition fenced by a lease, with lease time by the PostgreSQL server's clock
     (no `clock=`, folded into the operation row's locking SELECT) against the caller's
     clock (an explicit `clock=`), interleaved."""
-    from cadence_store import RunStore
-    from cadence_store.repository.run_repository import system_clock
-
-    from .common import ROOT_HASH
-
     url = engine.fresh_url()
     stores = {
         "server_clock": open_store(url),
@@ -364,56 +389,84 @@ def ok(condition: bool) -> str:
     return "met" if condition else "not met"
 
 
+def side_by_side_rows(gap: dict[str, Any], limit: float) -> list[tuple[str, ...]]:
+    """The SQLite side by side of one mode (`sqlite_gap.py`): every way to open the store
+    against the floor and eventsourcing, and where the time goes (CPU, waiting)."""
+    medians, ratios, cpu, wait = gap["median_ms"], gap["ratios"], gap["cpu_ms"], gap["wait_ms"]
+    frames = gap["wal_frames_per_commit"]
+    mode = gap["mode"]
+    versus = TARGETS["transition_vs_eventsourcing"]
+    rows: list[tuple[str, ...]] = []
+    for system in ("store_url", "store_open", "store_engine"):
+        rows.append(
+            (
+                f"durable transition ({mode}), {system}/floor ms "
+                f"({medians[system]}/{medians['floor']})",
+                f"{ratios[f'{system}/floor']}x",
+                f"<= {limit}x",
+                ok(ratios[f"{system}/floor"] <= limit),
+            )
+        )
+        if gap["eventsourcing"]:
+            rows.append(
+                (
+                    f"durable transition ({mode}), {system}/eventsourcing SQLite recorder ms "
+                    f"({medians[system]}/{medians['eventsourcing']})",
+                    f"{ratios[f'{system}/eventsourcing']}x",
+                    f"<= {versus}x",
+                    ok(ratios[f"{system}/eventsourcing"] <= versus),
+                )
+            )
+    if not gap["eventsourcing"]:
+        rows.append(("eventsourcing SQLite recorder", "skipped", "pip install eventsourcing", ""))
+    rows.append(
+        (
+            f"CPU / wait per call ({mode}), store_url vs floor",
+            f"{cpu['store_url']} / {wait['store_url']} vs {cpu['floor']} / {wait['floor']} ms",
+            "",
+            "",
+        )
+    )
+    rows.append(
+        (
+            "WAL frames per commit: store / floor / eventsourcing",
+            f"{frames['store_url']} / {frames['floor']} / {frames.get('eventsourcing', '-')}",
+            "",
+            "",
+        )
+    )
+    rows.append(("reference: 4 KiB write+fsync, median", f"{medians['fsync']} ms", "", ""))
+    return rows
+
+
 def engine_rows(name: str, section: dict[str, Any]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     limit = TARGETS["transition_ratio"][name]
-    gap = section.get("side_by_side")
-    if gap is not None:
-        medians, ratios = gap["median_ms"], gap["ratios"]
-        frames = gap["wal_frames_per_commit"]
-        for system in ("store_url", "store_open", "store_engine"):
-            rows.append(
-                (
-                    f"durable transition, {system}/floor ms ({medians[system]}/{medians['floor']})",
-                    f"{ratios[f'{system}/floor']}x",
-                    f"<= {limit}x" if system == "store_url" else "",
-                    ok(ratios[f"{system}/floor"] <= limit) if system == "store_url" else "",
-                )
-            )
-        if gap["eventsourcing"]:
-            versus = TARGETS["transition_vs_eventsourcing"]
-            rows.append(
-                (
-                    "durable transition, store_url/eventsourcing SQLite recorder ms "
-                    f"({medians['store_url']}/{medians['eventsourcing']})",
-                    f"{ratios['store_url/eventsourcing']}x",
-                    f"<= {versus}x",
-                    ok(ratios["store_url/eventsourcing"] <= versus),
-                )
-            )
-        else:
-            rows.append(
-                ("eventsourcing SQLite recorder", "skipped", "pip install eventsourcing", "")
-            )
-        rows.append(
-            (
-                "WAL frames per commit: store / floor / eventsourcing",
-                f"{frames['store_url']} / {frames['floor']} / {frames.get('eventsourcing', '-')}",
-                "",
-                "",
-            )
-        )
-        rows.append(("reference: 4 KiB write+fsync, median", f"{medians['fsync']} ms", "", ""))
+    if "side_by_side" in section:
+        for key in ("side_by_side", "side_by_side_processes"):
+            if key in section:
+                rows.extend(side_by_side_rows(section[key], limit))
     else:
         t = section["transition"]
         rows.append(
             (
-                f"durable transition, store/floor ms ({t['store_ms']}/{t['floor_ms']})",
+                "durable transition, no prepared statements (the default), store/floor ms "
+                f"({t['store_ms']}/{t['floor_ms']})",
                 f"{t['ratio']}x",
                 f"<= {limit}x",
                 ok(t["ratio"] <= limit),
             )
         )
+        if "prepared_ratio" in t:
+            rows.append(
+                (
+                    "durable transition, prepared (`?prepare_threshold=5`), store/floor ms "
+                    f"({t['store_prepared_ms']}/{t['floor_prepared_ms']})",
+                    f"{t['prepared_ratio']}x",
+                    f"<= {limit}x",
+                    ok(t["prepared_ratio"] <= limit),
+                )
+            )
         rows.append(
             (
                 "reference: 4 KiB write+fsync, median / p90",
@@ -633,8 +686,12 @@ def main(argv: list[str] | None = None) -> int:
                     " RunStore.open and Engine, write+fsync ...",
                     flush=True,
                 )
-                gap = bench_sqlite_gap(workdir, rounds=400 if quick else 1500, per_round=1)
+                gap = bench_sqlite_gap(workdir, rounds=400 if quick else 1500)
                 section["side_by_side"] = gap
+                print(f"[{name}] the same, one process per system ...", flush=True)
+                section["side_by_side_processes"] = bench_sqlite_gap(
+                    workdir, rounds=400 if quick else 1500, processes=True
+                )
                 section["transition"] = {
                     "store_ms": gap["median_ms"]["store_url"],
                     "floor_ms": gap["median_ms"]["floor"],
@@ -644,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"[{name}] durable transition vs floor vs write+fsync ...", flush=True)
                 section["transition"] = bench_transition(
-                    engine, rounds=10 if quick else 30, per_round=50 if quick else 100
+                    engine, rounds=400 if quick else 1500, per_round=1
                 )
             print(f"[{name}] unit_of_work batching ...", flush=True)
             section["batching"] = bench_batching(

@@ -11,7 +11,6 @@ For comparison only, a third variant runs the sync store in a worker thread
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -23,7 +22,17 @@ from typing import Any
 from cadence_store import AsyncRunStore
 from cadence_store.async_store import async_database_url
 
-from .common import HERE, ROOT_HASH, Engine, machine, median_ms, open_store, paused_run, timed
+from .common import (
+    ROOT_HASH,
+    Engine,
+    benchmark_arguments,
+    engines_of,
+    machine,
+    median_ms,
+    open_store,
+    paused_run,
+    timed,
+)
 
 TARGET = 1.3
 
@@ -98,11 +107,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.async_transition")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("--out", default=str(HERE / "async-results.json"))
-    args = parser.parse_args(argv)
+    args = benchmark_arguments("benchmarks.async_transition", "async-results.json").parse_args(argv)
     rounds, per_round = (10, 50) if args.quick else (20, 100)
     results: dict[str, Any] = {
         "mode": "quick" if args.quick else "full",
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-bench-")))
-        names = [e.strip() for e in args.engines.split(",") if e.strip()]
+        names = engines_of(args)
         pg_url = None
         if "postgresql" in names:
             from .common import postgres_server

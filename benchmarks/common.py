@@ -9,6 +9,7 @@ shows in its own row instead of passing for the code's cost.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import platform
@@ -33,6 +34,25 @@ HERE = Path(__file__).resolve().parent
 ROOT_HASH = "ab" * 32
 SETTLE_S = 1.0  # after a long call (bulk loading, checkpoints), before timing again
 LONG_CALL_S = 0.25  # a call this long (a bulk load, a checkpoint) is followed by a settle
+
+
+def benchmark_arguments(
+    module: str, out: str, *, description: str | None = None, before: bool = False
+) -> argparse.ArgumentParser:
+    """The options every benchmark takes: `--quick`, `--engines`, `--out` (default
+    `benchmarks/<out>`), and with `before`, `--before DIR` (an older tree to compare)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, a shorter run")
+    parser.add_argument("--engines", default="sqlite,postgresql")
+    if before:
+        parser.add_argument("--before", type=Path, default=None)
+    parser.add_argument("--out", default=str(HERE / out))
+    return parser
+
+
+def engines_of(arguments: argparse.Namespace) -> list[str]:
+    """The engine names of `--engines` (comma-separated)."""
+    return [name.strip() for name in arguments.engines.split(",") if name.strip()]
 
 
 class Engine:
@@ -60,11 +80,14 @@ class Engine:
             .render_as_string(hide_password=False)
         )
 
-    def floor(self, url: str) -> Any:
+    def floor(self, url: str, *, prepare_threshold: int | None = 5) -> Any:
+        """The hand-written floor on `url`; PostgreSQL: with psycopg's `prepare_threshold`."""
         if self.name == "sqlite":
             return SqliteFloor(sqlalchemy.make_url(url).database or "")
         plain = sqlalchemy.make_url(url).set(drivername="postgresql")
-        return PostgresFloor(plain.render_as_string(hide_password=False))
+        return PostgresFloor(
+            plain.render_as_string(hide_password=False), prepare_threshold=prepare_threshold
+        )
 
 
 @contextmanager

@@ -23,7 +23,6 @@ Prints a table and writes `benchmarks/feed-results.json`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -39,7 +38,7 @@ from typing import Any
 
 import sqlalchemy
 
-from .common import HERE, Engine, machine, postgres_server
+from .common import HERE, Engine, benchmark_arguments, engines_of, machine, postgres_server
 
 WORKER = HERE / "feed_worker.py"
 PROCESS_COUNTS = (1, 4)
@@ -253,13 +252,11 @@ def _feed_off_tree(directory: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.feed", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("--before", type=Path, default=None)
-    parser.add_argument("--out", default=str(HERE / "feed-results.json"))
+    parser = benchmark_arguments(
+        "benchmarks.feed", "feed-results.json", description=__doc__, before=True
+    )
     args = parser.parse_args(argv)
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = engines_of(args)
     results: dict[str, Any] = {"machine": machine(), "engines": {}}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-feed-")))

@@ -196,10 +196,13 @@ class SqliteReceiptFirstFloor:
 
 
 class PostgresFloor:
-    def __init__(self, url: str) -> None:
+    """`prepare_threshold`: psycopg's own (None: never prepare on the server, the store's
+    default; 5, psycopg's default: prepare a statement after five uses)."""
+
+    def __init__(self, url: str, *, prepare_threshold: int | None = 5) -> None:
         import psycopg
 
-        self.db = psycopg.connect(url)
+        self.db = psycopg.connect(url, prepare_threshold=prepare_threshold)
 
     def transition(self, run_id: str, operation_id: str, to: str, code: str) -> None:
         with self.db.transaction(), self.db.cursor() as cur:

@@ -1,10 +1,9 @@
-"""The SQLite side by side: `python -m benchmarks.sqlite_gap [--rounds N] [--per-round N]`.
+"""The SQLite side by side: `python -m benchmarks.sqlite_gap [--rounds N] [--processes]`.
 
 One durable transition (WAL, `synchronous=FULL`), each system on its own database file in
-the same directory, all in one process, interleaved call by call in a fresh random order
-every round (`common.interleave` with `per_round=1`: this disk's fsync switches between
-about 0.1 and 2-4 ms for seconds at a time, and blocks of calls would each land on one
-mode), medians:
+the same directory, interleaved call by call in a fresh random order every round
+(`per_round=1`: this disk's fsync switches between about 0.1 and 2-4 ms for seconds at a
+time, and blocks of calls would each land on one mode), medians:
 
 - `floor`: the store's statements hand-written on sqlite3 (`floor.SqliteFloor`), which
   like the store remembers the head its last commit left and skips the head's SELECT;
@@ -20,21 +19,30 @@ mode), medians:
   (`RunStore(engine)` on a host's plain `create_engine(url)`);
 - `fsync`: a 4 KiB write+fsync of the same disk, to show a slow stretch of the disk.
 
-After the timed rounds, an untimed pass counts the WAL frames (pages) each system's
-commit writes, from the WAL index header in the `-shm` file (`mxFrame`).
+Two ways to run them: all in this process (the default), or `--processes`, one process
+per system (as issue 27 measured), each woken by a pipe for each of its calls. Every call
+is timed twice, by the clock and by its thread's CPU time (`time.thread_time`, user and
+kernel): `wait` (wall minus CPU, the median of each call's) is the time spent blocked on
+the disk. After the timed rounds, an untimed pass counts the WAL frames (pages) each
+system's commit writes, from the WAL index header in the `-shm` file (`mxFrame`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import random
+import statistics
 import struct
 import tempfile
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy
 
@@ -43,17 +51,21 @@ from cadence_store import RunStore, resolve_state_root
 from .common import (
     ROOT_HASH,
     FsyncReference,
-    interleave,
     machine,
-    median_ms,
     open_store,
     paused_run,
     settle,
 )
 from .floor import SqliteFloor, SqliteReceiptFirstFloor
 
-STORES = ("store_url", "store_open", "store_engine")
-FRAME_SAMPLES = 300
+STORES: Final = ("store_url", "store_open", "store_engine")
+FLOORS: Final[dict[str, Callable[[str], Any]]] = {
+    "floor": lambda path: SqliteFloor(path, remember_heads=True),
+    "floor_read_head": SqliteFloor,
+    "floor_receipt_first": SqliteReceiptFirstFloor,
+}
+FRAME_SAMPLES: Final = 300
+WARM_UP_CALLS: Final = 20  # before timing: imports, statement caches, the first pages
 
 
 class EventsourcingRecorder:
@@ -133,115 +145,278 @@ def frames_per_commit(database_path: str, call: Callable[[int], object], start: 
     return float(deltas[len(deltas) // 2])
 
 
-def bench_sqlite_gap(workdir: Path, rounds: int, per_round: int) -> dict[str, Any]:
-    """Every system's durable transition, interleaved; medians and ratios."""
-    directory = workdir / "gap"
-    directory.mkdir(exist_ok=True)
-    paths: dict[str, str] = {}
-    variants: dict[str, Callable[[int], object]] = {}
-    closers: list[Callable[[], object]] = []
-    checks: list[tuple[RunStore, str]] = []
+@dataclass
+class System:
+    """One compared system, ready to be called: `call(n)` makes one durable transition."""
 
-    def prepared(name: str) -> tuple[str, str]:
-        path = str(directory / f"{name}.sqlite3")
-        store = open_store(f"sqlite:///{path}")
-        run_id = paused_run(store, name)
-        store.close()
-        paths[name] = path
-        return path, run_id
+    call: Callable[[int], object]
+    close: Callable[[], object]
+    path: str | None = None  # its database file (WAL frames are counted there)
+    check: Callable[[], object] | None = None  # verifies the chain it wrote
+    synchronous: Callable[[], int] | None = None
 
-    floors: dict[str, Callable[[str], Any]] = {
-        "floor": lambda path: SqliteFloor(path, remember_heads=True),
-        "floor_read_head": SqliteFloor,
-        "floor_receipt_first": SqliteReceiptFirstFloor,
-    }
-    for name, make_floor in floors.items():
-        path, run_id = prepared(name)
-        floor = make_floor(path)
-        variants[name] = lambda n, f=floor, r=run_id: f.transition(r, f"t-{n}", "paused", "bench")
-        closers.append(floor.close)
-        checks.append((RunStore(f"sqlite:///{path}", root_hash=ROOT_HASH), run_id))
 
-    path, _ = prepared("store_url")
-    by_url = RunStore(f"sqlite:///{path}", root_hash=ROOT_HASH)
-    path, _ = prepared("store_engine")
-    host_engine = sqlalchemy.create_engine(f"sqlite:///{path}")
-    by_engine = RunStore(host_engine, root_hash=ROOT_HASH)
+def prepare_database(directory: Path, name: str) -> tuple[str, str]:
+    """A store database for `name` with one paused run: its path and the run's id."""
+    path = str(directory / f"{name}.sqlite3")
+    store = open_store(f"sqlite:///{path}")
+    run_id = paused_run(store, name)
+    store.close()
+    return path, run_id
+
+
+def _state_root(directory: Path) -> Any:
     consumer = directory / "consumer"
     consumer.mkdir(exist_ok=True)
-    root = resolve_state_root(consumer, xdg_state_home=str(directory / "state"))
-    by_root = RunStore.open(root)
-    paths["store_open"] = root.database_path
-    for name, store in (
-        ("store_url", by_url),
-        ("store_open", by_root),
-        ("store_engine", by_engine),
-    ):
-        run_id = paused_run(store, f"{name}-run")
-        variants[name] = lambda n, s=store, r=run_id: s.transition(
-            r, "paused", operation_id=f"t-{n}", code="bench"
-        )
-        closers.append(store.close)
-        checks.append((store, run_id))
-        paths.setdefault(name, str(sqlalchemy.make_url(str(store.engine.url)).database))
-    closers.append(host_engine.dispose)
+    return resolve_state_root(consumer, xdg_state_home=str(directory / "state"))
 
-    recorder: EventsourcingRecorder | None = None
-    if has_eventsourcing():
-        paths["eventsourcing"] = str(directory / "eventsourcing.sqlite3")
-        recorder = EventsourcingRecorder(paths["eventsourcing"])
-        recorder(0)
-        variants["eventsourcing"] = recorder
-        closers.append(recorder.close)
-    fsync = FsyncReference(directory)
-    variants["fsync"] = fsync
-    closers.append(fsync.close)
 
-    settle()
-    samples = interleave(variants, rounds=rounds, per_round=per_round)
-    frames = {
-        name: frames_per_commit(paths[name], call, 10_000_000)
-        for name, call in variants.items()
-        if name in paths
+def prepare(directory: Path, names: list[str]) -> dict[str, tuple[str, str]]:
+    """Every system's database and run, made before any system opens its own."""
+    prepared = {
+        name: prepare_database(directory, name)
+        for name in names
+        if name in FLOORS or name in ("store_url", "store_engine")
     }
-    synchronous = {
-        "eventsourcing": recorder.synchronous() if recorder is not None else None,
-        "store_engine": by_engine.engine.connect().exec_driver_sql("PRAGMA synchronous").scalar(),
-    }
-    for store, run_id in checks:
-        store.verify_integrity(run_id)  # every chain written is one the verifier accepts
-    for store, _ in checks[: len(floors)]:
+    if "store_open" in names:
+        root = _state_root(directory)
+        store = RunStore.open(root)
+        prepared["store_open"] = (root.database_path, paused_run(store, "open"))
         store.close()
-    for close in closers:
-        close()
+    return prepared
 
-    medians = {name: round(median_ms(values), 4) for name, values in samples.items()}
+
+def _store_system(store: RunStore, run_id: str, close: Callable[[], object]) -> System:
+    return System(
+        call=lambda n: store.transition(run_id, "paused", operation_id=f"t-{n}", code="bench"),
+        close=close,
+        path=str(sqlalchemy.make_url(str(store.engine.url)).database),
+        check=lambda: store.verify_integrity(run_id),
+    )
+
+
+def open_system(name: str, directory: Path, path: str = "", run_id: str = "") -> System:
+    """Open system `name` on the database `prepare` made for it."""
+    if name in FLOORS:
+        floor = FLOORS[name](path)
+
+        def check() -> None:
+            store = RunStore(f"sqlite:///{path}", root_hash=ROOT_HASH)
+            try:
+                store.verify_integrity(run_id)
+            finally:
+                store.close()
+
+        return System(
+            call=lambda n: floor.transition(run_id, f"t-{n}", "paused", "bench"),
+            close=floor.close,
+            path=path,
+            check=check,
+        )
+    if name == "store_url":
+        store = RunStore(f"sqlite:///{path}", root_hash=ROOT_HASH)
+        return _store_system(store, run_id, store.close)
+    if name == "store_open":
+        store = RunStore.open(_state_root(directory))
+        return _store_system(store, run_id, store.close)
+    if name == "store_engine":
+        host_engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+        store = RunStore(host_engine, root_hash=ROOT_HASH)
+
+        def close() -> None:
+            store.close()
+            host_engine.dispose()
+
+        system = _store_system(store, run_id, close)
+
+        def synchronous() -> int:
+            with host_engine.connect() as connection:
+                return int(connection.exec_driver_sql("PRAGMA synchronous").scalar() or 0)
+
+        system.synchronous = synchronous
+        return system
+    if name == "eventsourcing":
+        recorder = EventsourcingRecorder(str(directory / "eventsourcing.sqlite3"))
+        recorder(0)
+        return System(
+            call=recorder,
+            close=recorder.close,
+            path=str(directory / "eventsourcing.sqlite3"),
+            synchronous=recorder.synchronous,
+        )
+    assert name == "fsync"
+    fsync = FsyncReference(directory)
+    return System(call=fsync, close=fsync.close)
+
+
+def finish(system: System) -> dict[str, Any]:
+    """After the timed calls: the WAL frames a commit writes, the `synchronous` setting,
+    the written chain verified; then the system is closed."""
+    frames = None
+    if system.path is not None:
+        frames = frames_per_commit(system.path, system.call, 10_000_000)
+    synchronous = system.synchronous() if system.synchronous is not None else None
+    if system.check is not None:
+        system.check()  # every chain written is one the verifier accepts
+    system.close()
+    return {"frames": frames, "synchronous": synchronous}
+
+
+def serve_system(name: str, directory: str, path: str, run_id: str, pipe: Any) -> None:
+    """A child process's loop (`--processes`): open one system, then for each number
+    received make one call and send back its wall and CPU seconds; None ends it."""
+    system = open_system(name, Path(directory), path, run_id)
+    for n in range(WARM_UP_CALLS):
+        system.call(-1 - n)
+    pipe.send("ready")
+    while (n := pipe.recv()) is not None:
+        pipe.send(timed_call(system.call, n))
+    pipe.send(finish(system))
+
+
+def timed_call(call: Callable[[int], object], n: int) -> tuple[float, float]:
+    """One call's wall and CPU (this thread's, user and kernel) seconds; the clock's
+    interval holds the CPU clock's, so that wall minus CPU is never below zero."""
+    started = time.perf_counter()
+    cpu = time.thread_time()
+    call(n)
+    used = time.thread_time() - cpu
+    return time.perf_counter() - started, used
+
+
+def _interleaved(
+    callers: Mapping[str, Callable[[int], tuple[float, float]]], rounds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Each round calls every system once, in a fresh random order."""
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in callers}
+    counter = 0
+    order = list(callers)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            counter += 1
+            samples[name].append(callers[name](counter))
+    return samples
+
+
+def _in_this_process(
+    directory: Path, prepared: dict[str, tuple[str, str]], names: list[str], rounds: int
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, dict[str, Any]]]:
+    systems = {name: open_system(name, directory, *prepared.get(name, ("", ""))) for name in names}
+    for system in systems.values():
+        for n in range(WARM_UP_CALLS):
+            system.call(-1 - n)
+    settle()
+    callers = {
+        name: (lambda n, call=system.call: timed_call(call, n)) for name, system in systems.items()
+    }
+    samples = _interleaved(callers, rounds)
+    return samples, {name: finish(system) for name, system in systems.items()}
+
+
+def _in_processes(
+    directory: Path, prepared: dict[str, tuple[str, str]], names: list[str], rounds: int
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, dict[str, Any]]]:
+    context = multiprocessing.get_context("spawn")
+    pipes: dict[str, Any] = {}
+    children = []
+    for name in names:
+        parent_end, child_end = context.Pipe()
+        path, run_id = prepared.get(name, ("", ""))
+        child = context.Process(
+            target=serve_system, args=(name, str(directory), path, run_id, child_end)
+        )
+        child.start()
+        children.append(child)
+        pipes[name] = parent_end
+    try:
+        for name, pipe in pipes.items():
+            if pipe.recv() != "ready":
+                raise RuntimeError(f"{name}: its process did not start")
+        settle()
+
+        def caller(pipe: Any) -> Callable[[int], tuple[float, float]]:
+            def call(n: int) -> tuple[float, float]:
+                pipe.send(n)
+                measured: tuple[float, float] = pipe.recv()
+                return measured
+
+            return call
+
+        samples = _interleaved({name: caller(pipe) for name, pipe in pipes.items()}, rounds)
+        finished = {}
+        for name, pipe in pipes.items():
+            pipe.send(None)
+            finished[name] = pipe.recv()
+    finally:
+        for child in children:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
+    return samples, finished
+
+
+def bench_sqlite_gap(workdir: Path, rounds: int, *, processes: bool = False) -> dict[str, Any]:
+    """Every system's durable transition, interleaved; medians and ratios."""
+    directory = workdir / ("gap-processes" if processes else "gap")
+    directory.mkdir(exist_ok=True)
+    names = [*FLOORS, *STORES, *(["eventsourcing"] if has_eventsourcing() else []), "fsync"]
+    prepared = prepare(directory, names)
+    run = _in_processes if processes else _in_this_process
+    samples, finished = run(directory, prepared, names, rounds)
+
+    def median_of(values: list[float]) -> float:
+        return round(statistics.median(values) * 1000, 4)
+
+    medians = {name: median_of([wall for wall, _ in values]) for name, values in samples.items()}
+    cpu = {name: median_of([used for _, used in values]) for name, values in samples.items()}
+    wait = {
+        name: median_of([wall - used for wall, used in values]) for name, values in samples.items()
+    }
+    recorder = "eventsourcing" in names
     ratios: dict[str, float] = {}
     for name in STORES:
         ratios[f"{name}/floor"] = round(medians[name] / medians["floor"], 3)
-        if recorder is not None:
+        if recorder:
             ratios[f"{name}/eventsourcing"] = round(medians[name] / medians["eventsourcing"], 3)
     for name in ("floor_read_head", "floor_receipt_first"):
         ratios[f"{name}/floor"] = round(medians[name] / medians["floor"], 3)
-    if recorder is not None:
+    if recorder:
         ratios["eventsourcing/floor"] = round(medians["eventsourcing"] / medians["floor"], 3)
     return {
+        "mode": "one process per system" if processes else "one process",
         "median_ms": medians,
+        "cpu_ms": cpu,
+        "wait_ms": wait,
         "ratios": ratios,
-        "wal_frames_per_commit": frames,
-        "synchronous": synchronous,
-        "eventsourcing": recorder is not None,
+        "wal_frames_per_commit": {
+            name: done["frames"] for name, done in finished.items() if done["frames"] is not None
+        },
+        "synchronous": {
+            name: done["synchronous"]
+            for name, done in finished.items()
+            if done["synchronous"] is not None
+        },
+        "eventsourcing": recorder,
         "samples": len(samples["floor"]),
     }
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = ["| system | median ms | WAL frames per commit |", "|---|---|---|"]
+    lines = [
+        f"{result['mode']}, {result['samples']} calls each",
+        "",
+        "| system | median ms | CPU ms | wait ms | WAL frames per commit |",
+        "|---|---|---|---|---|",
+    ]
     for name, value in result["median_ms"].items():
         frames = result["wal_frames_per_commit"].get(name, "")
-        lines.append(f"| {name} | {value} | {frames} |")
+        lines.append(
+            f"| {name} | {value} | {result['cpu_ms'][name]} | {result['wait_ms'][name]} "
+            f"| {frames} |"
+        )
     if not result["eventsourcing"]:
-        lines.append("| eventsourcing | skipped: `pip install eventsourcing` | |")
+        lines.append("| eventsourcing | skipped: `pip install eventsourcing` | | | |")
     lines.append("")
     lines.extend(f"- {name}: {ratio}x" for name, ratio in result["ratios"].items())
     return "\n".join(lines)
@@ -250,11 +425,13 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sqlite_gap")
     parser.add_argument("--rounds", type=int, default=1500)
-    parser.add_argument("--per-round", type=int, default=1)
+    parser.add_argument(
+        "--processes", action="store_true", help="one process per system (issue 27's method)"
+    )
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cadence-gap-") as workdir:
-        result = bench_sqlite_gap(Path(workdir), args.rounds, args.per_round)
+        result = bench_sqlite_gap(Path(workdir), args.rounds, processes=args.processes)
     result["machine"] = machine()
     result["pid"] = os.getpid()
     print(table(result))

@@ -14,7 +14,6 @@ adds an earlier version of the library (a source tree holding `cadence_store/` a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -25,7 +24,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from .common import HERE, Engine, median_ms, postgres_server
+from .common import (
+    HERE,
+    Engine,
+    benchmark_arguments,
+    engines_of,
+    median_ms,
+    postgres_server,
+)
 
 WORKER = HERE / "telemetry_worker.py"
 VARIANTS = ("none", "api", "sdk")
@@ -129,13 +135,11 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.telemetry", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--engines", default="sqlite,postgresql")
-    parser.add_argument("--before", type=Path, default=None)
-    parser.add_argument("--out", default=str(HERE / "telemetry-results.json"))
+    parser = benchmark_arguments(
+        "benchmarks.telemetry", "telemetry-results.json", description=__doc__, before=True
+    )
     args = parser.parse_args(argv)
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = engines_of(args)
     results: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-tel-")))

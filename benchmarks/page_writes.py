@@ -1,0 +1,205 @@
+"""Which b-trees a SQLite commit writes: `python -m benchmarks.page_writes [--rounds N]`.
+
+A transition's commit is measured in pages: the database is checkpointed before and after
+one commit, and every page whose bytes changed is named by the b-tree it belongs to
+(SQLite's `dbstat`). Two commits: one `RunStore.transition`, and a unit of work of 100
+transitions of the same run. The run has `--events` events first, so that its indexes
+have the depth of a run in use.
+
+The same is then measured on a second store whose events table lost its
+`UNIQUE (run_id, event_hash)` (cadence 1.x's schema, kept by the migrations so far) after
+the store was opened:
+its keys are hashes, so every appended event lands on a random leaf of that index, and
+events that share a commit share none of its pages. The last table times the batch and a
+single call on both databases, interleaved (medians), to show what that index costs.
+Nothing in the library reads events by hash: the chain's own key is (run_id, sequence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from cadence_store import RunStore
+
+from .common import ROOT_HASH, machine, open_store, paused_run
+
+EVENT_HASH_UNIQUE: Final = (
+    ", \n\tCONSTRAINT uq_events_run_id_event_hash UNIQUE (run_id, event_hash)"
+)
+BATCH: Final = 100
+
+
+def _pages(path: str) -> tuple[dict[int, bytes], dict[int, str]]:
+    """Every page of the database file after a checkpoint, and the b-tree of each."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = connection.execute("PRAGMA page_size").fetchone()[0]
+        owners = dict(connection.execute("SELECT pageno, name FROM dbstat"))
+    finally:
+        connection.close()
+    data = Path(path).read_bytes()
+    return {n + 1: data[n * size : (n + 1) * size] for n in range(len(data) // size)}, owners
+
+
+def _drop_event_hash_unique(path: str) -> None:
+    """Rebuild the events table from its own DDL without the unique (STRICT kept)."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        (ddl,) = connection.execute(
+            "SELECT sql FROM sqlite_schema WHERE name = 'events'"
+        ).fetchone()
+        if EVENT_HASH_UNIQUE not in ddl:
+            raise RuntimeError("the events table's DDL changed: update EVENT_HASH_UNIQUE")
+        rebuilt = ddl.replace(EVENT_HASH_UNIQUE, "").replace(
+            "CREATE TABLE events", "CREATE TABLE events_rebuilt", 1
+        )
+        indexes = [
+            sql
+            for (sql,) in connection.execute(
+                "SELECT sql FROM sqlite_schema WHERE tbl_name = 'events' AND type = 'index'"
+                " AND sql IS NOT NULL"
+            )
+        ]
+        connection.execute("PRAGMA foreign_keys = OFF")
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute(rebuilt)
+        connection.execute("INSERT INTO events_rebuilt SELECT * FROM events")
+        connection.execute("DROP TABLE events")
+        connection.execute("ALTER TABLE events_rebuilt RENAME TO events")
+        for sql in indexes:
+            connection.execute(sql)
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
+
+
+class Subject:
+    """A store with one run of `events` events, opened on its own file."""
+
+    def __init__(self, directory: Path, name: str, events: int, *, unique: bool) -> None:
+        self.path = str(directory / f"{name}.sqlite3")
+        store = open_store(f"sqlite:///{self.path}")
+        self.run_id = paused_run(store, name)
+        with store.unit_of_work() as uow:
+            for index in range(events):
+                uow.runs.transition(self.run_id, "paused", operation_id=f"grow-{index}")
+        store.close()
+        self.store = RunStore(f"sqlite:///{self.path}", root_hash=ROOT_HASH)
+        if not unique:
+            # behind the open store's back: its check at open would refuse the table (it
+            # is not this version's schema); SQLite prepares its statements again
+            _drop_event_hash_unique(self.path)
+        self.count = 0
+
+    def single(self) -> None:
+        self.count += 1
+        self.store.transition(self.run_id, "paused", operation_id=f"one-{self.count}")
+
+    def batch(self) -> None:
+        self.count += 1
+        with self.store.unit_of_work() as uow:
+            for index in range(BATCH):
+                uow.runs.transition(self.run_id, "paused", operation_id=f"b-{self.count}-{index}")
+
+    def pages_of(self, commit: Any) -> dict[str, int]:
+        """The pages one `commit` changed, per b-tree."""
+        self.store.runner.release_kept()  # nobody holds the WAL while it is checkpointed
+        before, _ = _pages(self.path)
+        commit()
+        self.store.runner.release_kept()
+        after, owners = _pages(self.path)
+        changed = [n for n, page in after.items() if before.get(n) != page]
+        counts = collections.Counter(owners.get(n, "(free list, header)") for n in changed)
+        return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+    def close(self) -> None:
+        self.store.verify_integrity(self.run_id)  # every chain written still verifies
+        self.store.close()
+
+
+def run(events: int, rounds: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="cadence-pages-") as workdir:
+        subjects = {
+            "schema": Subject(Path(workdir), "schema", events, unique=True),
+            "without_event_hash_unique": Subject(Path(workdir), "plain", events, unique=False),
+        }
+        pages = {
+            name: {
+                "single": subject.pages_of(subject.single),
+                "batch": subject.pages_of(subject.batch),
+            }
+            for name, subject in subjects.items()
+        }
+        timings: dict[str, dict[str, list[float]]] = {
+            name: {"single": [], "batch": []} for name in subjects
+        }
+        calls = [(name, kind) for name in subjects for kind in ("single", "batch")]
+        for _ in range(rounds):
+            random.shuffle(calls)
+            for name, kind in calls:
+                subject = subjects[name]
+                started = time.perf_counter()
+                (subject.single if kind == "single" else subject.batch)()
+                elapsed = time.perf_counter() - started
+                timings[name][kind].append(elapsed if kind == "single" else elapsed / BATCH)
+        for subject in subjects.values():
+            subject.close()
+    medians = {
+        name: {kind: round(statistics.median(values) * 1000, 4) for kind, values in kinds.items()}
+        for name, kinds in timings.items()
+    }
+    for figures in medians.values():
+        figures["ratio"] = round(figures["batch"] / figures["single"], 3)
+    return {"events": events, "rounds": rounds, "pages": pages, "median_ms": medians}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"pages one commit changes, per b-tree (a run of {result['events']} events)",
+        "",
+        "| database | commit | pages | per b-tree |",
+        "|---|---|---|---|",
+    ]
+    for name, commits in result["pages"].items():
+        for kind, counts in commits.items():
+            what = "1 transition" if kind == "single" else f"{BATCH} transitions, one unit of work"
+            detail = ", ".join(f"{tree} {count}" for tree, count in counts.items())
+            lines.append(f"| {name} | {what} | {sum(counts.values())} | {detail} |")
+    lines += [
+        "",
+        f"interleaved, {result['rounds']} rounds (medians)",
+        "",
+        "| database | single call ms | batched, ms per transition | batch / single |",
+        "|---|---|---|---|",
+    ]
+    for name, figures in result["median_ms"].items():
+        lines.append(f"| {name} | {figures['single']} | {figures['batch']} | {figures['ratio']}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.page_writes", description=__doc__)
+    parser.add_argument("--events", type=int, default=3_000)
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--out", default=None, help="write the result as JSON here")
+    args = parser.parse_args(argv)
+    result = run(args.events, args.rounds)
+    result["machine"] = machine()
+    print(table(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
