@@ -98,7 +98,8 @@ class EventRow(Base):
     __tablename__ = "events"
     __table_args__ = (
         PrimaryKeyConstraint("run_id", "sequence"),
-        UniqueConstraint("run_id", "event_hash"),
+        # no unique on (run_id, event_hash) since revision cs0006: cadence 1.x's, it was
+        # read by nothing and written at a random leaf by every append
         STRICT,
     )
 

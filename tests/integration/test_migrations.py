@@ -135,7 +135,7 @@ def test_the_comparison_still_sees_real_drift(tmp_path: Path) -> None:
     differences = _drift_of(url)
     flat = [d for item in differences for d in (item if isinstance(item, list) else [item])]
     kinds = {(d[0], getattr(d[1], "table", None) is not None and d[1].table.name) for d in flat}
-    assert ("add_constraint", "events") in kinds  # the missing unique (run_id, event_hash)
+    assert ("add_index", "events") in kinds  # the missing unique index on feed_position
     assert ("add_fk", "events") in kinds  # ON DELETE CASCADE is not enforced
 
 
