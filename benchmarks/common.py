@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy
 
@@ -155,13 +155,29 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
+def wall_seconds(call: Callable[[int], object], n: int) -> float:
+    """`interleave`'s default measure: the call's wall-clock seconds."""
+    started = time.perf_counter()
+    call(n)
+    return time.perf_counter() - started
+
+
+Sample = TypeVar("Sample", float, tuple[float, float])
+
+
 def interleave(
-    variants: dict[str, Callable[[int], object]], *, rounds: int, per_round: int
-) -> dict[str, list[float]]:
-    """Seconds per call of each variant. Each round runs every variant `per_round` times,
-    the variants in a fresh random order; `call(n)` gets a number unique in the run
-    (for operation ids). A call longer than `LONG_CALL_S` is followed by a settle pause."""
-    samples: dict[str, list[float]] = {name: [] for name in variants}
+    variants: dict[str, Callable[[int], object]],
+    *,
+    rounds: int,
+    per_round: int,
+    measure: Callable[[Callable[[int], object], int], Sample] = wall_seconds,  # type: ignore[assignment]
+) -> dict[str, list[Sample]]:
+    """What `measure` says of each call of each variant (its wall seconds, unless told
+    otherwise; a pair's first value is its wall seconds). Each round runs every variant
+    `per_round` times, the variants in a fresh random order; `call(n)` gets a number
+    unique in the run (for operation ids). A call longer than `LONG_CALL_S` is followed
+    by a settle pause."""
+    samples: dict[str, list[Sample]] = {name: [] for name in variants}
     counter = 0
     for _ in range(rounds):
         order = list(variants)
@@ -170,10 +186,9 @@ def interleave(
             call = variants[name]
             for _ in range(per_round):
                 counter += 1
-                started = time.perf_counter()
-                call(counter)
-                elapsed = time.perf_counter() - started
-                samples[name].append(elapsed)
+                sample = measure(call, counter)
+                samples[name].append(sample)
+                elapsed = sample if isinstance(sample, float) else sample[0]
                 if elapsed > LONG_CALL_S:
                     settle()
     return samples

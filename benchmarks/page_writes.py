@@ -20,17 +20,15 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import random
 import sqlite3
-import statistics
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 from cadence_store import RunStore
 
-from .common import ROOT_HASH, machine, open_store, paused_run
+from .common import ROOT_HASH, interleave, machine, median_ms, open_store, paused_run
 
 BATCH: Final = 100
 WARM_UP_BATCHES: Final = 10
@@ -81,17 +79,17 @@ class Subject:
         for _ in range(WARM_UP_BATCHES):  # a new index's packed pages split first
             self.batch()
 
-    def single(self) -> None:
+    def single(self, _n: int = 0) -> None:
         self.count += 1
         self.store.transition(self.run_id, "paused", operation_id=f"one-{self.count}")
 
-    def batch(self) -> None:
+    def batch(self, _n: int = 0) -> None:
         self.count += 1
         with self.store.unit_of_work() as uow:
             for index in range(BATCH):
                 uow.runs.transition(self.run_id, "paused", operation_id=f"b-{self.count}-{index}")
 
-    def pages_of(self, commit: Any) -> dict[str, int]:
+    def pages_of(self, commit: Callable[[], object]) -> dict[str, int]:
         """The pages one `commit` changed, per b-tree."""
         self.store.runner.release_kept()  # nobody holds the WAL while it is checkpointed
         before, _ = _pages(self.path)
@@ -120,26 +118,26 @@ def run(events: int, rounds: int) -> dict[str, Any]:
             }
             for name, subject in subjects.items()
         }
-        timings: dict[str, dict[str, list[float]]] = {
-            name: {"single": [], "batch": []} for name in subjects
-        }
-        calls = [(name, kind) for name in subjects for kind in ("single", "batch")]
-        for _ in range(rounds):
-            random.shuffle(calls)
-            for name, kind in calls:
-                subject = subjects[name]
-                started = time.perf_counter()
-                (subject.single if kind == "single" else subject.batch)()
-                elapsed = time.perf_counter() - started
-                timings[name][kind].append(elapsed if kind == "single" else elapsed / BATCH)
+        samples = interleave(
+            {
+                f"{name}/{kind}": getattr(subject, kind)
+                for name, subject in subjects.items()
+                for kind in ("single", "batch")
+            },
+            rounds=rounds,
+            per_round=1,
+        )
         for subject in subjects.values():
             subject.close()
-    medians = {
-        name: {kind: round(statistics.median(values) * 1000, 4) for kind, values in kinds.items()}
-        for name, kinds in timings.items()
-    }
-    for figures in medians.values():
-        figures["ratio"] = round(figures["batch"] / figures["single"], 3)
+    medians: dict[str, dict[str, float]] = {}
+    for name in subjects:
+        single = median_ms(samples[f"{name}/single"])
+        batched = median_ms(samples[f"{name}/batch"]) / BATCH  # per transition
+        medians[name] = {
+            "single": round(single, 4),
+            "batch": round(batched, 4),
+            "ratio": round(batched / single, 3),
+        }
     return {"events": events, "rounds": rounds, "pages": pages, "median_ms": medians}
 
 

@@ -33,25 +33,25 @@ import argparse
 import json
 import multiprocessing
 import os
-import random
-import statistics
 import struct
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import sqlalchemy
 
-from cadence_store import RunStore, resolve_state_root
+from cadence_store import RunStore, StateRoot, resolve_state_root
 
 from .common import (
     ROOT_HASH,
     FsyncReference,
+    interleave,
     machine,
+    median_ms,
     open_store,
     paused_run,
     settle,
@@ -165,7 +165,7 @@ def prepare_database(directory: Path, name: str) -> tuple[str, str]:
     return path, run_id
 
 
-def _state_root(directory: Path) -> Any:
+def _state_root(directory: Path) -> StateRoot:
     consumer = directory / "consumer"
     consumer.mkdir(exist_ok=True)
     return resolve_state_root(consumer, xdg_state_home=str(directory / "state"))
@@ -284,19 +284,9 @@ def timed_call(call: Callable[[int], object], n: int) -> tuple[float, float]:
     return time.perf_counter() - started, used
 
 
-def _interleaved(
-    callers: Mapping[str, Callable[[int], tuple[float, float]]], rounds: int
-) -> dict[str, list[tuple[float, float]]]:
-    """Each round calls every system once, in a fresh random order."""
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in callers}
-    counter = 0
-    order = list(callers)
-    for _ in range(rounds):
-        random.shuffle(order)
-        for name in order:
-            counter += 1
-            samples[name].append(callers[name](counter))
-    return samples
+def _timed_by_the_child(call: Callable[[int], object], n: int) -> tuple[float, float]:
+    """`--processes`: the child process times its own call (`serve_system`)."""
+    return cast(tuple[float, float], call(n))
 
 
 def _in_this_process(
@@ -307,10 +297,8 @@ def _in_this_process(
         for n in range(WARM_UP_CALLS):
             system.call(-1 - n)
     settle()
-    callers = {
-        name: (lambda n, call=system.call: timed_call(call, n)) for name, system in systems.items()
-    }
-    samples = _interleaved(callers, rounds)
+    calls = {name: system.call for name, system in systems.items()}
+    samples = interleave(calls, rounds=rounds, per_round=1, measure=timed_call)
     return samples, {name: finish(system) for name, system in systems.items()}
 
 
@@ -343,7 +331,12 @@ def _in_processes(
 
             return call
 
-        samples = _interleaved({name: caller(pipe) for name, pipe in pipes.items()}, rounds)
+        samples = interleave(
+            {name: caller(pipe) for name, pipe in pipes.items()},
+            rounds=rounds,
+            per_round=1,
+            measure=_timed_by_the_child,
+        )
         finished = {}
         for name, pipe in pipes.items():
             pipe.send(None)
@@ -366,7 +359,7 @@ def bench_sqlite_gap(workdir: Path, rounds: int, *, processes: bool = False) -> 
     samples, finished = run(directory, prepared, names, rounds)
 
     def median_of(values: list[float]) -> float:
-        return round(statistics.median(values) * 1000, 4)
+        return round(median_ms(values), 4)
 
     medians = {name: median_of([wall for wall, _ in values]) for name, values in samples.items()}
     cpu = {name: median_of([used for _, used in values]) for name, values in samples.items()}

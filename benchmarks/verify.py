@@ -42,10 +42,19 @@ from typing import Any
 
 from cadence_store import RunStore
 
-from .common import Engine, grow, machine, open_store, paused_run, postgres_server
+from .common import (
+    HERE,
+    Engine,
+    benchmark_arguments,
+    engines_of,
+    grow,
+    machine,
+    open_store,
+    paused_run,
+    postgres_server,
+)
 from .verify_cadence1x import Cadence1x, locate
 
-HERE = Path(__file__).resolve().parent
 TARGET_RATIO = 1.5  # issue 27: at least 1.5x cadence 1.x's verifyIntegrity, on SQLite
 TARGET_JOBS_SPEEDUP = 1.3  # 2 jobs against 1 on this two-core machine
 # issue 27's figure, used (and labelled so) only when cadence 1.x cannot run here
@@ -446,17 +455,14 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.verify", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, seconds per engine")
-    parser.add_argument("--engines", default="sqlite,postgresql")
+    parser = benchmark_arguments("benchmarks.verify", "verify-results.json", description=__doc__)
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5)")
-    parser.add_argument("--out", default=str(HERE / "verify-results.json"))
     parser.add_argument("--rss-probe", nargs=2, metavar=("URL", "RUN_ID"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_probe:
         print(json.dumps(rss_probe(*args.rss_probe)))
         return 0
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = engines_of(args)
     results = run(engines, args.quick, args.rounds)
     print()
     print(table(results))

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
+from support import FakeClock
+
+from cadence_store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "cadence-1x"
@@ -42,6 +45,12 @@ def store_entry(file: str) -> dict[str, Any]:
         if entry["file"] == file:
             return dict(entry)
     raise KeyError(file)
+
+
+def adopted_store(url: str, fixture: str) -> RunStore:
+    """A store on an adopted copy of `fixture`, with the fixture's consumer root hash and a
+    fake clock."""
+    return RunStore(url, root_hash=store_entry(fixture)["consumerRootHash"], clock=FakeClock())
 
 
 def copy_fixture(file: str, directory: Path, name: str | None = None) -> Path:

@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from integration.conftest_migrations import ADOPTABLE, copy_fixture, query, sqlite_url, store_entry
+from integration.conftest_migrations import (
+    ADOPTABLE,
+    adopted_store,
+    copy_fixture,
+    query,
+    sqlite_url,
+)
 from sqlalchemy import create_engine, inspect
 from support import FakeClock
 
@@ -58,8 +64,7 @@ def test_an_adopted_store_loses_the_unique_and_keeps_every_event(
     assert "ON DELETE CASCADE" in ddl
     indexes = query(path, "SELECT name FROM sqlite_master WHERE tbl_name = 'events'")
     assert {"name": "ix_events_feed_position"} in indexes
-    entry = store_entry(fixture)
-    with RunStore(url, root_hash=entry["consumerRootHash"], clock=FakeClock()) as store:
+    with adopted_store(url, fixture) as store:
         for run_id in store.run_ids():
             store.verify_integrity(run_id)
         run = store.start_run("abel-implement", change="after-cs0006", operation_id="new-1")

@@ -6,7 +6,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from integration.conftest_migrations import ADOPTABLE, copy_fixture, sqlite_url, store_entry
+from integration.conftest_migrations import (
+    ADOPTABLE,
+    adopted_store,
+    copy_fixture,
+    sqlite_url,
+)
 from sqlalchemy import create_engine, inspect, text
 from support import ROOT_HASH, FakeClock
 
@@ -27,8 +32,7 @@ def test_an_adopted_cadence_1x_store_gets_positions_in_write_order(
     assert written
     url = sqlite_url(path)
     assert cadence_store.upgrade(url) == head_revision()
-    entry = store_entry(fixture)
-    with RunStore(url, root_hash=entry["consumerRootHash"], clock=FakeClock()) as store:
+    with adopted_store(url, fixture) as store:
         feed = store.read_feed()
         assert [(item.run_id, item.event.sequence) for item in feed] == written
         assert [item.position for item in feed] == sorted({item.position for item in feed})

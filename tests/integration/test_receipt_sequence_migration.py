@@ -15,9 +15,14 @@ import re
 from pathlib import Path
 
 import pytest
-from integration.conftest_migrations import ADOPTABLE, copy_fixture, query, sqlite_url, store_entry
+from integration.conftest_migrations import (
+    ADOPTABLE,
+    adopted_store,
+    copy_fixture,
+    query,
+    sqlite_url,
+)
 from sqlalchemy import create_engine, text
-from support import FakeClock
 
 import cadence_store
 from cadence_store import JournalIntegrityError, RunStore, export_store, import_store
@@ -57,8 +62,7 @@ def test_an_adopted_cadence_1x_store_gets_every_receipt_located_and_verifies(
     assert after == before  # the receipts themselves are untouched, byte for byte
     index = query(path, "SELECT name FROM sqlite_master WHERE type = 'index'")
     assert {"name": "ix_operations_run_id_sequence"} in index
-    entry = store_entry(fixture)
-    with RunStore(url, root_hash=entry["consumerRootHash"], clock=FakeClock()) as store:
+    with adopted_store(url, fixture) as store:
         for run_id in store.run_ids():
             store.verify_integrity(run_id)
 
@@ -67,8 +71,7 @@ def test_downgrade_drops_the_column_and_upgrade_fills_it_again(tmp_path: Path) -
     path = copy_fixture("current.sqlite3", tmp_path)
     url = sqlite_url(path)
     cadence_store.upgrade(url)
-    entry = store_entry("current.sqlite3")
-    with RunStore(url, root_hash=entry["consumerRootHash"], clock=FakeClock()) as store:
+    with adopted_store(url, "current.sqlite3") as store:
         run = store.start_run("abel-implement", change="after-upgrade", operation_id="new-1")
         store.transition(run.run_id, "validating-delivery", operation_id="new-2")
     located = query(path, "SELECT operation_id, sequence FROM operations ORDER BY operation_id")
@@ -77,7 +80,7 @@ def test_downgrade_drops_the_column_and_upgrade_fills_it_again(tmp_path: Path) -
     assert cadence_store.upgrade(url) == head_revision()
     again = query(path, "SELECT operation_id, sequence FROM operations ORDER BY operation_id")
     assert again == located
-    with RunStore(url, root_hash=entry["consumerRootHash"], clock=FakeClock()) as store:
+    with adopted_store(url, "current.sqlite3") as store:
         store.verify_integrity(run.run_id)
 
 
