@@ -22,6 +22,7 @@ Never an attribute from a payload, a lease token or a URL: only ids the caller c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import inspect
@@ -158,24 +159,21 @@ def note_appended(count: int = 1) -> None:
 def record_busy_retry(attempt: int, delay_s: float) -> None:
     """The call's transaction lost a race and is retried whole: a span event; the events
     of the rolled-back attempt no longer count."""
-    call = _current.get()
-    if call is not None:
-        call.appended = 0
-        call.span.add_event(
-            "cadence_store.busy_retry", {"attempt": attempt, "delay_s": round(delay_s, 6)}
-        )
+    _restarted("cadence_store.busy_retry", {"attempt": attempt, "delay_s": round(delay_s, 6)})
 
 
 def record_failover_rerun(retry: int, remaining_s: float) -> None:
     """The call lost its connection and is re-run (`failover.py`), `remaining_s` of its
     budget left: a span event."""
+    left = round(max(remaining_s, 0.0), 3)
+    _restarted("cadence_store.failover_rerun", {"retry": retry, "remaining_s": left})
+
+
+def _restarted(event: str, attributes: dict[str, Any]) -> None:
     call = _current.get()
     if call is not None:
         call.appended = 0
-        call.span.add_event(
-            "cadence_store.failover_rerun",
-            {"retry": retry, "remaining_s": round(max(remaining_s, 0.0), 3)},
-        )
+        call.span.add_event(event, attributes)
 
 
 # -- spans -----------------------------------------------------------------------------
@@ -392,45 +390,55 @@ def instrument_unit_of_work(cls: C) -> C:
 
 
 def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
-    def open_span(self: Any) -> None:
-        self._telemetry_scope = None
-        if _current.get() is None and not _api().idle():
-            scope = _api().tracer.start_as_current_span(
-                UNIT_OF_WORK_SPAN, record_exception=False, set_status_on_exception=False
-            )
-            span = scope.__enter__()
-            if span.is_recording():
-                system = _db_system(self)
-                if system is not None:
-                    span.set_attribute("db.system", system)
-            self._telemetry_scope = (scope, span, time.perf_counter())
-
-    def failed(self: Any, error: BaseException) -> None:
-        _close_unit_of_work(self, error)
+    def open_span(self: Any) -> bool:
+        # not nested in a call, nor a re-entry (which fails: the open one's is kept)
+        if _current.get() is not None or _opened(self):
+            return False
+        if _api().idle():
+            # the calls in the block skip their own check (it reads the environment): a
+            # provider is set up before the work it traces, not in the middle of it
+            self._telemetry_idle = _current.set(_IDLE_CALL)
+            return True
+        scope = _api().tracer.start_as_current_span(
+            UNIT_OF_WORK_SPAN, record_exception=False, set_status_on_exception=False
+        )
+        span = scope.__enter__()
+        if span.is_recording():
+            system = _db_system(self)
+            if system is not None:
+                span.set_attribute("db.system", system)
+        self._telemetry_scope = (scope, span, time.perf_counter())
+        return True
 
     if asynchronous:
 
         @functools.wraps(enter)
         async def aenter(self: Any) -> Any:
-            open_span(self)
+            opened = open_span(self)
             try:
                 return await enter(self)
             except BaseException as error:
-                failed(self, error)
+                if opened:
+                    _close_unit_of_work(self, error)
                 raise
 
         return aenter
 
     @functools.wraps(enter)
     def sync_enter(self: Any) -> Any:
-        open_span(self)
+        opened = open_span(self)
         try:
             return enter(self)
         except BaseException as error:
-            failed(self, error)
+            if opened:
+                _close_unit_of_work(self, error)
             raise
 
     return sync_enter
+
+
+def _opened(owner: Any) -> bool:
+    return bool(getattr(owner, "_telemetry_scope", None) or getattr(owner, "_telemetry_idle", None))
 
 
 def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
@@ -462,6 +470,10 @@ def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any
 
 
 def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
+    if (idle := getattr(owner, "_telemetry_idle", None)) is not None:
+        owner._telemetry_idle = None
+        with contextlib.suppress(ValueError):  # left in another context than entered
+            _current.reset(idle)
     opened = getattr(owner, "_telemetry_scope", None)
     if opened is None:
         return

@@ -33,15 +33,20 @@ def _construct(
     instance state (`__dict__`, fields set, no extras, private defaults; a
     `RunProjection`'s `document`), without its generic per-field work."""
     instance = model.__new__(model)
-    object.__setattr__(instance, "__dict__", values)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(values))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(
+    set_attribute = _set_attribute
+    set_attribute(instance, "__dict__", values)
+    set_attribute(instance, "__pydantic_fields_set__", set(values))
+    set_attribute(instance, "__pydantic_extra__", None)
+    set_attribute(
         instance,
         "__pydantic_private__",
         {"_document": document} if model is RunProjection else None,
     )
     return instance
+
+
+# pydantic's `BaseModel.__setattr__` validates: `_construct` sets the state past it
+_set_attribute = object.__setattr__
 
 
 def _json_ready(value: Any) -> Any:
@@ -156,26 +161,30 @@ class RunProjection(_Value):
     def from_trusted_document(cls, document: dict[str, Any]) -> RunProjection:
         """Wrap a projection this library just built (`apply_event`), without validating
         it again: the append hot path builds one per call."""
-        bindings = tuple(
-            _construct(
-                DeliveryBinding,
-                {
-                    "gate": binding["gate"],
-                    "revision": binding["revision"],
-                    "receipt_hash": binding["receiptHash"],
-                    "approval_proof": None
-                    if (proof := binding.get("approvalProof")) is None
-                    else _construct(
-                        ApprovalProof,
-                        {
-                            "revision": proof["revision"],
-                            "contract_hash": proof["contractHash"],
-                            "record_hash": proof["recordHash"],
-                        },
-                    ),
-                },
+        bindings = (
+            ()
+            if not document["deliveryBindings"]
+            else tuple(
+                _construct(
+                    DeliveryBinding,
+                    {
+                        "gate": binding["gate"],
+                        "revision": binding["revision"],
+                        "receipt_hash": binding["receiptHash"],
+                        "approval_proof": None
+                        if (proof := binding.get("approvalProof")) is None
+                        else _construct(
+                            ApprovalProof,
+                            {
+                                "revision": proof["revision"],
+                                "contract_hash": proof["contractHash"],
+                                "record_hash": proof["recordHash"],
+                            },
+                        ),
+                    },
+                )
+                for binding in document["deliveryBindings"]
             )
-            for binding in document["deliveryBindings"]
         )
         projection = _construct(
             cls,

@@ -208,7 +208,10 @@ class RepositoryCore:
     def _append_now(self) -> int | None:
         """The time an append records (`sql_append.append_time`): None lets the
         PostgreSQL server's clock stamp it in the same statement, as lease time does."""
-        return None if self._server_clock() else self._now()
+        if self._explicit_clock:
+            return self._now()
+        # the system clock (its milliseconds are a safe integer), unless the server's
+        return None if self.transaction.profile.server_clock else self._clock()
 
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose

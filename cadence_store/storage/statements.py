@@ -14,7 +14,6 @@ leases, bindings, verification), `append_statements`, `read_statements`.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
@@ -60,12 +59,8 @@ class CompiledStatement:
     text: str
     positions: tuple[str, ...] | None  # parameter order for positional paramstyles
     constants: dict[str, Any]  # values the statement itself binds (e.g. state='committed')
-    _pick: Callable[[Mapping[str, Any]], Any] | None = None  # positional arguments
-
-    def arguments(self, params: Mapping[str, Any]) -> Any:
-        if self._pick is not None:
-            return self._pick(params)
-        return {**self.constants, **params} if self.constants else params
+    # the driver's arguments from a mapping of named values (`_arguments_of`)
+    arguments: Callable[[Mapping[str, Any]], Any]
 
 
 # (dialect, driver, paramstyle, schema map) -> statement -> compiled statement
@@ -93,63 +88,42 @@ def _compiled(dialect: Dialect, statement: Statement, schema_map: SchemaMap) -> 
     return cached
 
 
-Pick = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+def _arguments_of(
+    positions: tuple[str, ...] | None, constants: Mapping[str, Any]
+) -> Callable[[Mapping[str, Any]], Any]:
+    """The driver's arguments from a mapping of named values, the statement's own
+    constants where the caller names none (as `{**constants, **params}` would), the
+    caller's mapping never copied or changed (the append sends one mapping to three
+    statements).
 
-
-def _getter(names: list[str]) -> Pick:
-    if len(names) == 1:
-        (only,) = names
-        return lambda values: (values[only],)
-    return operator.itemgetter(*names)
-
-
-def _constants_getter(names: list[str], constants: Mapping[str, Any]) -> Pick:
-    """The statement's own values, unless the caller names them (as `{**constants,
-    **params}` would)."""
-    if len(names) == 1:
-        (only,) = names
-        value = constants[only]
-        return lambda values: (values.get(only, value),)
-    pairs = [(name, constants[name]) for name in names]
-    return lambda values: tuple([values.get(name, value) for name, value in pairs])
-
-
-def _picker(positions: tuple[str, ...] | None, constants: Mapping[str, Any]) -> Pick | None:
-    """The positional arguments' tuple from a mapping of named values, the statement's
-    own constants in their places: the caller's mapping is never copied or merged (the
-    append sends one mapping to three statements)."""
+    Positional paramstyles get one function per statement, written out as a tuple display
+    (`(values["run_id"], values.get("state", c1), ...)`): one call per statement, where
+    composing getters cost a call per run of names (measured on the append)."""
     if positions is None:
-        return None
-    # runs of caller values and of constants, in order
-    runs: list[tuple[bool, list[str]]] = []
+        if not constants:
+            return _as_given
+        fixed = dict(constants)
+        return lambda params: {**fixed, **params}
+    defaults: dict[str, Any] = {}
+    items: list[str] = []
     for name in positions:
-        constant = name in constants
-        if not runs or runs[-1][0] != constant:
-            runs.append((constant, []))
-        runs[-1][1].append(name)
-    parts = [
-        _constants_getter(names, constants) if constant else _getter(names)
-        for constant, names in runs
-    ]
-    if not parts:
-        return lambda _values: ()
-    if len(parts) == 1:
-        return parts[0]
-    if len(parts) == 2:
-        first, second = parts
-        return lambda values: first(values) + second(values)
-    if len(parts) == 3:
-        first, second, third = parts
-        return lambda values: first(values) + second(values) + third(values)
-    chain = tuple(parts)
+        if name in constants:
+            slot = f"c{len(defaults)}"
+            defaults[slot] = constants[name]
+            items.append(f"values.get({name!r}, {slot})")
+        else:
+            items.append(f"values[{name!r}]")
+    # names are the compiled statement's bind names, written as string literals (repr):
+    # nothing a caller passes reaches this source
+    source = f"lambda values: ({', '.join(items)}{',' if len(items) == 1 else ''})"
+    picked: Callable[[Mapping[str, Any]], tuple[Any, ...]] = eval(
+        source, {"__builtins__": {}, **defaults}
+    )
+    return picked
 
-    def pick(values: Mapping[str, Any]) -> tuple[Any, ...]:
-        picked: tuple[Any, ...] = ()
-        for part in chain:
-            picked += part(values)
-        return picked
 
-    return pick
+def _as_given(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    return params
 
 
 def compile_statement(
@@ -164,7 +138,9 @@ def compile_statement(
     constants = {
         name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
     }
-    return CompiledStatement(compiled.string, positions, constants, _picker(positions, constants))
+    return CompiledStatement(
+        compiled.string, positions, constants, _arguments_of(positions, constants)
+    )
 
 
 class _ObservedCursor:

@@ -89,13 +89,18 @@ class Failover:
     def _attempts(self, attempt: Callable[[bool], T], expired: Callable[[], bool] | None) -> T:
         """`expired`: the watchdog's flag (None: the clock says when the budget ran out)."""
         deadline = self._monotonic() + self.timeout_s
+        try:
+            return attempt(False)
+        except CadenceStoreError as error:
+            first = error  # the budget is only built for a call that failed once
         if expired is None:
             monotonic = self._monotonic
             expired = lambda: monotonic() >= deadline  # noqa: E731
         budget = _Budget(deadline, expired)
+        self._sleep(self._next_delay(first, budget))
         while True:
             try:
-                return attempt(budget.retries > 0)
+                return attempt(True)
             except CadenceStoreError as error:
                 self._sleep(self._next_delay(error, budget))
 

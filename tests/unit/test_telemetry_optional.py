@@ -76,3 +76,75 @@ print("idle")
         tmp_path,
     )
     assert out.strip() == "idle"
+
+
+def test_an_idle_unit_of_work_checks_once_and_leaves_the_context_as_it_was(tmp_path):
+    """Inside a unit of work entered while nothing records, its calls skip their own
+    check; after its end (committed, rolled back, re-entered by mistake, sync or async)
+    a provider set up then records the next calls, and a re-entry keeps the open unit
+    of work's span."""
+    out = _python(
+        "import sys, asyncio\n"
+        + LIFECYCLE
+        + """
+from cadence_store import telemetry
+assert telemetry._api().idle()
+with RunStore(url, root_hash="ab" * 32) as store:
+    with store.unit_of_work() as uow:
+        assert telemetry._current.get() is telemetry._IDLE_CALL
+        uow.runs.transition(run.run_id, "paused", operation_id="idle-1", code="x")
+    assert telemetry._current.get() is None
+    try:
+        with store.unit_of_work() as uow:
+            uow.runs.transition(run.run_id, "ready", operation_id="idle-2")
+            raise KeyError("rolled back")
+    except KeyError:
+        pass
+    assert telemetry._current.get() is None
+    uow = store.unit_of_work()
+    with uow:
+        try:
+            with uow:  # a re-entry fails, and leaves the open one's block as it is
+                raise AssertionError("re-entered")
+        except cadence_store.StoreUnavailableError as error:
+            assert error.code == "unit-of-work-not-reentrant"
+        assert telemetry._current.get() is telemetry._IDLE_CALL
+    assert telemetry._current.get() is None
+
+    async def in_async():
+        async_url = url.replace("sqlite:", "sqlite+aiosqlite:")
+        async with AsyncRunStore(async_url, root_hash="ab" * 32) as astore:
+            async with astore.unit_of_work() as auow:
+                assert telemetry._current.get() is telemetry._IDLE_CALL
+                await auow.runs.transition(run.run_id, "ready", operation_id="idle-3")
+            assert telemetry._current.get() is None
+
+    asyncio.run(in_async())
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    uow = store.unit_of_work()
+    with uow:
+        uow.runs.transition(run.run_id, "paused", operation_id="traced-1", code="y")
+        try:
+            with uow:  # the open unit of work's span is kept, and ended once
+                raise AssertionError("re-entered")
+        except cadence_store.StoreUnavailableError:
+            pass
+    store.transition(run.run_id, "ready", operation_id="traced-2")
+    names = [span.name for span in exporter.get_finished_spans()]
+    assert names == [
+        "cadence_store.transition",
+        "cadence_store.unit_of_work",
+        "cadence_store.transition",
+    ], names
+print("checked once")
+""",
+        tmp_path,
+    )
+    assert out.strip() == "checked once"
