@@ -26,7 +26,14 @@ MAX_SAFE: Final = _MAX_SAFE
 
 
 def _json_string(value: str) -> str:
-    return f'"{value}"' if _VERBATIM.fullmatch(value) else canonical_json(value)
+    # ASCII letters and digits (a hash's hex) are verbatim without asking the pattern
+    if (value.isascii() and value.isalnum()) or _VERBATIM.fullmatch(value):
+        return f'"{value}"'
+    return canonical_json(value)
+
+
+# the event types as JSON strings (for the hashed text)
+_TYPE_JSON: Final = {name: f'"{name}"' for name in EVENT_TYPE_VALUES}
 
 
 def hash_event(sequence: int, type_: str, payload: Mapping[str, Any], prior_hash: str) -> str:
@@ -41,7 +48,7 @@ def hash_event(sequence: int, type_: str, payload: Mapping[str, Any], prior_hash
         # every event of every chain is hashed this way, on appends and on verification
         text = (
             f'{{"payload":{canonical_json(payload)},"priorHash":{_json_string(prior_hash)},'
-            f'"sequence":{sequence},"type":{_json_string(type_)}}}'
+            f'"sequence":{sequence},"type":{_TYPE_JSON.get(type_) or _json_string(type_)}}}'
         )
     else:
         unsigned = {
