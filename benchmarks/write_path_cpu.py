@@ -9,7 +9,9 @@ gives the 25th percentile of the per-round means (the least disturbed rounds).
 - `repository`: `RunRepository.transition` on a held DB-API connection, begun by hand;
 - `floor`: the hand-written DB-API transaction (`floor.py`), remembering heads as the
   store does (the floor of `benchmarks.sqlite_gap`);
-- `floor_read_head`: the same, reading the head in every transaction.
+- `floor_read_head`: the same, reading the head in every transaction;
+- `in a unit of work`: `uow.runs.transition`, the round's 200 calls in one unit of work
+  (what a batched transition costs, its commit shared).
 
 Each step down removes one layer; the differences are that layer's cost.
 """
@@ -31,6 +33,9 @@ from cadence_store.storage.statements import Statements
 
 from .common import open_store, paused_run
 from .floor import SqliteFloor
+
+CALLS = 200  # a round: this many calls of one variant
+UNIT_OF_WORK = "in a unit of work (200 a commit)"
 
 
 def _without_fsync() -> None:
@@ -80,17 +85,33 @@ def main(argv: list[str] | None = None) -> int:
         "floor": lambda r, op: floor.transition(r, op, "paused", "x"),
         "floor_read_head": lambda r, op: floor_read_head.transition(r, op, "paused", "x"),
     }
-    means: dict[str, list[float]] = {name: [] for name in variants}
+
+    def one_by_one(call: Any) -> Any:
+        def calls(run_id: str, operation_ids: list[str]) -> None:
+            for operation_id in operation_ids:
+                call(run_id, operation_id)
+
+        return calls
+
+    def in_a_unit_of_work(run_id: str, operation_ids: list[str]) -> None:
+        with store.unit_of_work() as uow:
+            for operation_id in operation_ids:
+                uow.runs.transition(run_id, "paused", operation_id=operation_id, code="x")
+
+    rounds = {name: one_by_one(call) for name, call in variants.items()}
+    rounds[UNIT_OF_WORK] = in_a_unit_of_work
+    runs[UNIT_OF_WORK] = paused_run(store, "layer-unit-of-work")
+    means: dict[str, list[float]] = {name: [] for name in rounds}
     counter = 0
     for _ in range(args.rounds):
-        order = list(variants)
+        order = list(rounds)
         random.shuffle(order)
         for name in order:
+            operation_ids = [f"op-{counter + index}" for index in range(CALLS)]
+            counter += CALLS
             started = time.perf_counter()
-            for _ in range(200):
-                counter += 1
-                variants[name](runs[name], f"op-{counter}")
-            means[name].append((time.perf_counter() - started) / 200 * 1e6)
+            rounds[name](runs[name], operation_ids)
+            means[name].append((time.perf_counter() - started) / CALLS * 1e6)
     held.close()
     floor.close()
     floor_read_head.close()
@@ -98,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     floor_us = statistics.quantiles(means["floor"], n=4)[0]
     print("| layer | µs per call (p25 of round means) | above the floor |")
     print("|---|---|---|")
-    for name in names:
+    for name in [*names, UNIT_OF_WORK]:
         value = statistics.quantiles(means[name], n=4)[0]
         print(f"| {name} | {value:.1f} | {value - floor_us:+.1f} |")
     return 0
