@@ -97,7 +97,9 @@ class Failover:
             monotonic = self._monotonic
             expired = lambda: monotonic() >= deadline  # noqa: E731
         budget = _Budget(deadline, expired)
-        self._sleep(self._next_delay(first, budget))
+        delay = self._next_delay(first, budget)
+        del first  # its traceback holds the failed attempt's frames
+        self._sleep(delay)
         while True:
             try:
                 return attempt(True)
