@@ -392,12 +392,12 @@ def instrument_unit_of_work(cls: C) -> C:
 def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
     def open_span(self: Any) -> bool:
         # not nested in a call, nor a re-entry (which fails: the open one's is kept)
-        if _current.get() is not None or _opened(self):
+        if _current.get() is not None or getattr(self, "_telemetry", None) is not None:
             return False
         if _api().idle():
             # the calls in the block skip their own check (it reads the environment): a
             # provider is set up before the work it traces, not in the middle of it
-            self._telemetry_idle = _current.set(_IDLE_CALL)
+            self._telemetry = _current.set(_IDLE_CALL)
             return True
         scope = _api().tracer.start_as_current_span(
             UNIT_OF_WORK_SPAN, record_exception=False, set_status_on_exception=False
@@ -407,7 +407,7 @@ def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., An
             system = _db_system(self)
             if system is not None:
                 span.set_attribute("db.system", system)
-        self._telemetry_scope = (scope, span, time.perf_counter())
+        self._telemetry = (scope, span, time.perf_counter())
         return True
 
     if asynchronous:
@@ -435,10 +435,6 @@ def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., An
             raise
 
     return sync_enter
-
-
-def _opened(owner: Any) -> bool:
-    return bool(getattr(owner, "_telemetry_scope", None) or getattr(owner, "_telemetry_idle", None))
 
 
 def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
@@ -470,14 +466,14 @@ def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any
 
 
 def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
-    if (idle := getattr(owner, "_telemetry_idle", None)) is not None:
-        owner._telemetry_idle = None
-        with contextlib.suppress(ValueError):  # left in another context than entered
-            _current.reset(idle)
-    opened = getattr(owner, "_telemetry_scope", None)
+    """End what `open_span` opened: the idle block's context (a token) or the span."""
+    opened, owner._telemetry = getattr(owner, "_telemetry", None), None
     if opened is None:
         return
-    owner._telemetry_scope = None
+    if not isinstance(opened, tuple):
+        with contextlib.suppress(ValueError):  # left in another context than entered
+            _current.reset(opened)
+        return
     scope, span, started = opened
     otel = _api()
     method = {"method": "unit_of_work"}

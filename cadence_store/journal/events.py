@@ -32,7 +32,7 @@ def _json_string(value: str) -> str:
     return canonical_json(value)
 
 
-# the event types as JSON strings (for the hashed text)
+# the event types as JSON strings (the hashed text; as bytes, `EVENT_TYPE_JSON`)
 _TYPE_JSON: Final = {name: f'"{name}"' for name in EVENT_TYPE_VALUES}
 
 
@@ -62,7 +62,7 @@ def hash_event(sequence: int, type_: str, payload: Mapping[str, Any], prior_hash
 
 
 # the event types as JSON strings, for headers written directly
-EVENT_TYPE_JSON: Final = {name: f'"{name}"'.encode("ascii") for name in EVENT_TYPES}
+EVENT_TYPE_JSON: Final = {name: text.encode("ascii") for name, text in _TYPE_JSON.items()}
 
 
 def hash_canonical_event(

@@ -92,19 +92,17 @@ class Failover:
         try:
             return attempt(False)
         except CadenceStoreError as error:
-            first = error  # the budget is only built for a call that failed once
+            failed = error  # the budget is only built for a call that failed once
         if expired is None:
             monotonic = self._monotonic
             expired = lambda: monotonic() >= deadline  # noqa: E731
         budget = _Budget(deadline, expired)
-        delay = self._next_delay(first, budget)
-        del first  # its traceback holds the failed attempt's frames
-        self._sleep(delay)
         while True:
+            self._sleep(self._next_delay(failed, budget))
             try:
                 return attempt(True)
             except CadenceStoreError as error:
-                self._sleep(self._next_delay(error, budget))
+                failed = error
 
     async def run_async(self, attempt: Callable[[bool], Awaitable[T]]) -> T:
         """`run` for a coroutine's attempts (the waits are the event loop's; an attempt
