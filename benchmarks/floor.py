@@ -10,6 +10,9 @@ indexes. It builds the event (sha256 of its canonical JSON) and the next project
 skips everything a library adds (validation, error codes, retries,
 replay answers), so it is the lower bound to compare against.
 
+`SqlitePooledFloor` does the same on a connection of a plain SQLAlchemy pool, checked
+out for each call and given back, as `RunStore(engine)` on a host's engine must.
+
 `SqliteReceiptFirstFloor` is the floor of the earlier rounds (read the receipt, then the
 run; no times): one statement more and two columns fewer than the store, kept to show
 what that difference is worth (`benchmarks/sqlite_gap.py`). `PostgresFloor` keeps that
@@ -74,12 +77,18 @@ _RECEIPT_SQL = (
 )
 
 
+_PRAGMAS = (
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = FULL",
+    "PRAGMA foreign_keys = ON",
+    "PRAGMA busy_timeout = 10000",
+)
+
+
 def _connect_sqlite(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    db.execute("PRAGMA foreign_keys = ON")
-    db.execute("PRAGMA busy_timeout = 10000")
+    for pragma in _PRAGMAS:
+        db.execute(pragma)
     return db
 
 
@@ -149,6 +158,37 @@ class SqliteFloor:
 
     def close(self) -> None:
         self.db.close()
+
+
+class SqlitePooledFloor(SqliteFloor):
+    """`SqliteFloor` on a connection checked out of a plain SQLAlchemy pool for each call,
+    as a program using a host's `create_engine(url)` would: the floor of `RunStore(engine)`,
+    which takes the host's connection for each call and gives it back (the pool's
+    checkout, its reset-on-return rollback and its checkin are part of that work)."""
+
+    def __init__(self, path: str) -> None:
+        import sqlalchemy
+
+        self._engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+
+        @sqlalchemy.event.listens_for(self._engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # BEGIN and COMMIT are the floor's
+            for pragma in _PRAGMAS:
+                dbapi_connection.execute(pragma)
+
+        self._heads = {}
+
+    def transition(self, run_id: str, operation_id: str, to: str, code: str) -> None:
+        pooled = self._engine.raw_connection()
+        try:
+            self.db = pooled.dbapi_connection  # type: ignore[assignment]
+            super().transition(run_id, operation_id, to, code)
+        finally:
+            pooled.close()
+
+    def close(self) -> None:
+        self._engine.dispose()
 
 
 class SqliteReceiptFirstFloor:

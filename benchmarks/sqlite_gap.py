@@ -7,6 +7,8 @@ time, and blocks of calls would each land on one mode), medians:
 
 - `floor`: the store's statements hand-written on sqlite3 (`floor.SqliteFloor`), which
   like the store remembers the head its last commit left and skips the head's SELECT;
+- `floor_engine`: the same on a connection of a plain SQLAlchemy pool, checked out and
+  given back for each call (`floor.SqlitePooledFloor`): the floor of `store_engine`;
 - `floor_read_head`: the same, reading the head in every transaction (the store's
   statements before it remembered heads);
 - `floor_receipt_first`: the floor of the earlier rounds (reads the receipt, then the
@@ -17,7 +19,14 @@ time, and blocks of calls would each land on one mode), medians:
 - the store as a user opens it: `store_url` (`RunStore(url)`), `store_open`
   (`RunStore.open(root)`, the state root in the same directory) and `store_engine`
   (`RunStore(engine)` on a host's plain `create_engine(url)`);
-- `fsync`: a 4 KiB write+fsync of the same disk, to show a slow stretch of the disk.
+- `fsync`: a 4 KiB write+fsync of the same disk, to show a slow stretch of the disk;
+- `store_url_otel` (`--processes` only): `store_url` with opentelemetry-api importable
+  and no provider set, in a process of its own.
+
+The stores run as `pip install cadence-store` installs the library, without the `otel`
+extra: run as a program, this re-runs itself with `CADENCE_BENCH_OTEL=absent`, which
+hides opentelemetry from this process and from every system's process but
+`store_url_otel`'s (`--otel`: as this environment has it).
 
 Two ways to run them: all in this process (the default), or `--processes`, one process
 per system (as issue 27 measured), each woken by a pipe for each of its calls. Every call
@@ -34,6 +43,7 @@ import json
 import multiprocessing
 import os
 import struct
+import sys
 import tempfile
 import time
 import uuid
@@ -56,14 +66,21 @@ from .common import (
     paused_run,
     settle,
 )
-from .floor import SqliteFloor, SqliteReceiptFirstFloor
+from .floor import SqliteFloor, SqlitePooledFloor, SqliteReceiptFirstFloor
+from .no_otel import ABSENT, ENVIRONMENT, opentelemetry_importable, rerun_as_installed
 
 STORES: Final = ("store_url", "store_open", "store_engine")
+# `--processes` only (each system its own interpreter): `store_url` with opentelemetry-api
+# importable and no provider set, where every other store's process has it hidden
+OTEL_STORE: Final = "store_url_otel"
 FLOORS: Final[dict[str, Callable[[str], Any]]] = {
     "floor": lambda path: SqliteFloor(path, remember_heads=True),
+    "floor_engine": SqlitePooledFloor,
     "floor_read_head": SqliteFloor,
     "floor_receipt_first": SqliteReceiptFirstFloor,
 }
+# the floor each way of opening the store is held to: the same work, pool included
+FLOOR_OF: Final = {"store_url": "floor", "store_open": "floor", "store_engine": "floor_engine"}
 FRAME_SAMPLES: Final = 300
 WARM_UP_CALLS: Final = 20  # before timing: imports, statement caches, the first pages
 
@@ -176,7 +193,7 @@ def prepare(directory: Path, names: list[str]) -> dict[str, tuple[str, str]]:
     prepared = {
         name: prepare_database(directory, name)
         for name in names
-        if name in FLOORS or name in ("store_url", "store_engine")
+        if name in FLOORS or name in ("store_url", "store_engine", OTEL_STORE)
     }
     if "store_open" in names:
         root = _state_root(directory)
@@ -213,7 +230,7 @@ def open_system(name: str, directory: Path, path: str = "", run_id: str = "") ->
             path=path,
             check=check,
         )
-    if name == "store_url":
+    if name in ("store_url", OTEL_STORE):
         store = RunStore(f"sqlite:///{path}", root_hash=ROOT_HASH)
         return _store_system(store, run_id, store.close)
     if name == "store_open":
@@ -308,13 +325,26 @@ def _in_processes(
     context = multiprocessing.get_context("spawn")
     pipes: dict[str, Any] = {}
     children = []
+    inherited = os.environ.get(ENVIRONMENT)
     for name in names:
         parent_end, child_end = context.Pipe()
         path, run_id = prepared.get(name, ("", ""))
         child = context.Process(
             target=serve_system, args=(name, str(directory), path, run_id, child_end)
         )
-        child.start()
+        # a spawned child starts with this environment: the library as installed without
+        # the otel extra, except in the one system that measures it with the API
+        if name == OTEL_STORE:
+            os.environ.pop(ENVIRONMENT, None)
+        else:
+            os.environ[ENVIRONMENT] = ABSENT
+        try:
+            child.start()
+        finally:
+            if inherited is None:
+                os.environ.pop(ENVIRONMENT, None)
+            else:
+                os.environ[ENVIRONMENT] = inherited
         children.append(child)
         pipes[name] = parent_end
     try:
@@ -353,7 +383,8 @@ def bench_sqlite_gap(workdir: Path, rounds: int, *, processes: bool = False) -> 
     """Every system's durable transition, interleaved; medians and ratios."""
     directory = workdir / ("gap-processes" if processes else "gap")
     directory.mkdir(exist_ok=True)
-    names = [*FLOORS, *STORES, *(["eventsourcing"] if has_eventsourcing() else []), "fsync"]
+    stores = [*STORES, OTEL_STORE] if processes else list(STORES)
+    names = [*FLOORS, *stores, *(["eventsourcing"] if has_eventsourcing() else []), "fsync"]
     prepared = prepare(directory, names)
     run = _in_processes if processes else _in_this_process
     samples, finished = run(directory, prepared, names, rounds)
@@ -368,16 +399,20 @@ def bench_sqlite_gap(workdir: Path, rounds: int, *, processes: bool = False) -> 
     }
     recorder = "eventsourcing" in names
     ratios: dict[str, float] = {}
-    for name in STORES:
+    for name in stores:
         ratios[f"{name}/floor"] = round(medians[name] / medians["floor"], 3)
+        if name == "store_engine":
+            ratios["store_engine/floor_engine"] = round(medians[name] / medians["floor_engine"], 3)
         if recorder:
             ratios[f"{name}/eventsourcing"] = round(medians[name] / medians["eventsourcing"], 3)
-    for name in ("floor_read_head", "floor_receipt_first"):
+    for name in ("floor_engine", "floor_read_head", "floor_receipt_first"):
         ratios[f"{name}/floor"] = round(medians[name] / medians["floor"], 3)
     if recorder:
         ratios["eventsourcing/floor"] = round(medians["eventsourcing"] / medians["floor"], 3)
     return {
         "mode": "one process per system" if processes else "one process",
+        # whether the stores could record telemetry (`--processes`: only `store_url_otel`)
+        "opentelemetry": False if processes else opentelemetry_importable(),
         "median_ms": medians,
         "cpu_ms": cpu,
         "wait_ms": wait,
@@ -396,8 +431,10 @@ def bench_sqlite_gap(workdir: Path, rounds: int, *, processes: bool = False) -> 
 
 
 def table(result: dict[str, Any]) -> str:
+    telemetry = "importable" if result["opentelemetry"] else "not importable"
     lines = [
-        f"{result['mode']}, {result['samples']} calls each",
+        f"{result['mode']}, {result['samples']} calls each, opentelemetry {telemetry}"
+        + (f" (but in {OTEL_STORE})" if OTEL_STORE in result["median_ms"] else ""),
         "",
         "| system | median ms | CPU ms | wait ms | WAL frames per commit |",
         "|---|---|---|---|---|",
@@ -422,7 +459,14 @@ def main(argv: list[str] | None = None) -> int:
         "--processes", action="store_true", help="one process per system (issue 27's method)"
     )
     parser.add_argument("--out", default=None, help="write the result as JSON here")
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="opentelemetry as installed here (default: hidden, as without the otel extra)",
+    )
     args = parser.parse_args(argv)
+    if argv is None:
+        rerun_as_installed("benchmarks.sqlite_gap", sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="cadence-gap-") as workdir:
         result = bench_sqlite_gap(Path(workdir), args.rounds, processes=args.processes)
     result["machine"] = machine()

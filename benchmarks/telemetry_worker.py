@@ -13,28 +13,20 @@ the cadence_store that PYTHONPATH points at: an earlier version of the library).
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
 import json
 import sys
 import time
 from typing import Any
 
+from no_otel import hide_opentelemetry  # run by path: this directory is on sys.path
+
 ROOT_HASH = "ab" * 32
-
-
-class _NoOpentelemetry(importlib.abc.MetaPathFinder):
-    """Makes `opentelemetry` look uninstalled."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "opentelemetry" or name.startswith("opentelemetry."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
 
 
 def _configure(variant: str) -> Any:
     """Set the variant up; returns what to reset between batches (or None)."""
     if variant in ("none", "before"):
-        sys.meta_path.insert(0, _NoOpentelemetry())
+        hide_opentelemetry()
         return None
     if variant == "api":
         return None

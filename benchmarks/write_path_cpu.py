@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from cadence_store.storage.statements import Statements
 
 from .common import open_store, paused_run
 from .floor import SqliteFloor
+from .no_otel import rerun_as_installed
 
 CALLS = 200  # a round: this many calls of one variant
 UNIT_OF_WORK = "in a unit of work (200 a commit)"
@@ -51,7 +53,14 @@ def _without_fsync() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.write_path_cpu")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="opentelemetry as installed here (default: hidden, as without the otel extra)",
+    )
     args = parser.parse_args(argv)
+    if argv is None:
+        rerun_as_installed("benchmarks.write_path_cpu", sys.argv[1:])
     _without_fsync()
     path = Path(tempfile.mkdtemp(prefix="cadence-cpu-")) / "cpu.sqlite3"
     store = open_store(f"sqlite:///{path}")

@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import StrictInt, StrictStr
 
 from ..errors import InvalidInputError
-from .validation import IDENTIFIER, is_safe_integer
+from .validation import is_identifier, is_safe_integer
 from .values import RunEvent, _Value
 
 INVALID_FOLLOWER = "invalid-follower"
@@ -33,7 +33,7 @@ class FeedItem(_Value):
 def require_follower(value: object) -> str:
     """A follower's name: the rule of operation ids (1-128 characters: letters, digits,
     `.`, `_`, `:`, `-`, starting and ending with a letter or digit)."""
-    if not isinstance(value, str) or IDENTIFIER.fullmatch(value) is None:
+    if not isinstance(value, str) or not is_identifier(value):
         raise InvalidInputError(INVALID_FOLLOWER, "a follower is named like an operation id")
     return value
 

@@ -74,7 +74,7 @@ def can_transition(from_: str, to: str) -> bool:
 
 
 def assert_transition(from_: str, to: str) -> None:
-    if not can_transition(from_, to):
+    if to not in LEGAL_TRANSITIONS.get(from_, ()):  # `can_transition`, on every append
         raise InvalidTransitionError(f"invalid-run-transition:{from_}:{to}")
 
 

@@ -10,7 +10,7 @@ import hashlib
 import inspect
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session
@@ -93,10 +93,7 @@ class _NextEvent:
     payload_json: str
     event_hash: str
     document: Document
-    projection_json: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.projection_json = js_stringify(self.document)
+    projection_json: str  # `document`'s JSON
 
     def parameters(self) -> dict[str, Any]:
         """The bound values of the append's statements (`storage/statements.py`), by name."""
@@ -322,7 +319,9 @@ class RepositoryCore:
         event_hash = hash_event(sequence, type_, payload, head.event_hash)
         document = apply_event(current, sequence, type_, payload, event_hash)
         assert document is not None
-        return _NextEvent(head, type_, js_stringify(payload), event_hash, document)
+        return _NextEvent(
+            head, type_, js_stringify(payload), event_hash, document, js_stringify(document)
+        )
 
     def _append(
         self, sql: Statements, head: RunHead, type_: str, payload: Document
@@ -395,21 +394,20 @@ class RepositoryCore:
         return event if self._append_recorded(sql, event, operation_id, known=True) else None
 
     def _remember(self, event: _NextEvent) -> None:
-        """Keep the run's new head for the rest of this transaction (which holds its lock)."""
-        transaction = self.transaction
-        if transaction.keeps_heads:
-            head = event.head
-            transaction.keep_head(
-                RunHead(
-                    head.run_id,
-                    head.root_hash,
-                    head.stage,
-                    event.projection_json,
-                    head.sequence + 1,
-                    event.event_hash,
-                    event.document,
-                )
+        """Keep the run's new head for the rest of this transaction (which holds its lock;
+        a host session's transaction keeps none)."""
+        head = event.head
+        self.transaction.keep_head(
+            RunHead(
+                head.run_id,
+                head.root_hash,
+                head.stage,
+                event.projection_json,
+                head.sequence + 1,
+                event.event_hash,
+                event.document,
             )
+        )
 
     def _forget_head(self, run_id: str) -> None:
         self.transaction.forget_head(run_id)

@@ -222,10 +222,6 @@ class JournalTransaction:
         """The session, if one was made (a unit of work flushes it before committing)."""
         return self._session
 
-    @property
-    def keeps_heads(self) -> bool:
-        return self._heads is not None
-
     def statements(self, *, write: bool) -> Statements:
         """The statements of this transaction; `write`: in a transaction fit for writing.
 
@@ -267,9 +263,6 @@ class JournalTransaction:
 
     # -- run heads -----------------------------------------------------------------------
 
-    def _savepoint(self) -> NestedTransaction | None:
-        return None if self._connection is None else self._connection.get_nested_transaction()
-
     def kept_head(self, run_id: str) -> RunHead | None:
         """The head this transaction left `run_id` at, unless a savepoint it was kept
         under has ended since (rolled back: the row is back as it was; released: kept
@@ -287,8 +280,13 @@ class JournalTransaction:
         return head
 
     def keep_head(self, head: RunHead) -> None:
-        if self._heads is not None:
-            self._heads[head.run_id] = (head, self._savepoint())
+        """Keep `head` for the rest of this transaction (a transaction that keeps none,
+        a host session's, ignores it)."""
+        heads = self._heads
+        if heads is not None:
+            connection = self._connection
+            savepoint = None if connection is None else connection.get_nested_transaction()
+            heads[head.run_id] = (head, savepoint)
 
     def forget_head(self, run_id: str) -> None:
         if self._heads is not None:

@@ -17,6 +17,20 @@ _ready: weakref.WeakKeyDictionary[Pool, set[str | None]] = weakref.WeakKeyDictio
 _ready_lock: Final = threading.Lock()
 
 
+class Forgets:
+    """How many times a pool's record was forgotten: a caller that saw a pool ready at
+    `count` knows it still is while `count` has not changed (one attribute read, where
+    `is_store_ready` takes the lock and a weak reference)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+FORGETS: Final = Forgets()
+
+
 def is_store_ready(pool: Pool, schema: str | None = None) -> bool:
     """Whether the store's checks have passed on `pool` for `schema` (and still count)."""
     with _ready_lock:
@@ -31,7 +45,8 @@ def mark_store_ready(pool: Pool, schema: str | None) -> None:
 def forget_store_ready(pool: Pool) -> None:
     """Check the engine of `pool` again on next use."""
     with _ready_lock:
+        FORGETS.count += 1
         _ready.pop(pool, None)
 
 
-__all__ = ["forget_store_ready", "is_store_ready", "mark_store_ready"]
+__all__ = ["FORGETS", "Forgets", "forget_store_ready", "is_store_ready", "mark_store_ready"]

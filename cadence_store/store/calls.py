@@ -75,9 +75,14 @@ def _replay_first(run_id: str, operation_id: str, kind: str) -> Work[RunProjecti
     return lambda runs: runs.recorded_outcome(run_id, operation_id, kind)
 
 
-def _then(recorded: Work[T | None], work: Work[T]) -> Work[T]:
-    def rerun(runs: RunRepository) -> T:
-        found = recorded(runs)
+def _replaying_first(
+    run_id: str, operation_id: str, kind: str, work: Work[RunProjection]
+) -> Work[RunProjection]:
+    """`work`'s re-run: what the operation id's first attempt committed, if it did, else
+    `work` (one closure, made for every call: the hot path's)."""
+
+    def rerun(runs: RunRepository) -> RunProjection:
+        found = runs.recorded_outcome(run_id, operation_id, kind)
         return work(runs) if found is None else found
 
     return rerun
@@ -144,7 +149,7 @@ def bind_delivery(
             lease=lease,
         )
 
-    return Call(work, _then(_replay_first(run_id, operation_id, DELIVERY_BOUND), work))
+    return Call(work, _replaying_first(run_id, operation_id, DELIVERY_BOUND, work))
 
 
 def bind_delivery_atomically(
@@ -218,7 +223,7 @@ def transition(
         )
         return projection
 
-    return Call(work, _then(_replay_first(run_id, operation_id, TRANSITIONED), work))
+    return Call(work, _replaying_first(run_id, operation_id, TRANSITIONED, work))
 
 
 def transition_atomically(

@@ -32,14 +32,15 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction, RunHead
-from ..storage.call_budget import watch_connection
+from ..storage.call_budget import attempts_bounded, watch_connection
 from ..storage.dialects import profile_of
 from ..storage.failures import WRITE, database_errors
-from ..storage.readiness import is_store_ready
+from ..storage.readiness import FORGETS, is_store_ready
 from ..storage.statements import Statements
 
 T = TypeVar("T")
 KNOWN_HEADS: Final = 1024  # runs whose last head a store remembers
+_WRITE_ERRORS: Final = database_errors(WRITE)  # stateless: one serves every call
 
 # the `Connection` events a direct transaction would not fire (a host's cursor listeners
 # among them: they must see the store's statements)
@@ -73,11 +74,13 @@ class DirectWrites:
         "_engine",
         "_kept",
         "_keeping",
+        "_ready_as_of",
         "_known",
         "_lock",
         "_root_hash",
         "_schema",
         "_begins_immediate",
+        "_watched",
     )
 
     def __init__(
@@ -94,15 +97,25 @@ class DirectWrites:
         self._clock = clock
         self._schema = schema
         self._begins_immediate = profile_of(engine.dialect).begins_immediate
+        # a kept connection skips the pool's checkout, whose listener watches it for the
+        # call's budget (`call_budget`): where that is done, this does it
+        self._watched = attempts_bounded(engine)
         self._keeping = keep_one
         self._kept: tuple[PoolProxiedConnection, Statements] | None = None
         self._lock = threading.Lock()
         # the heads this store's commits left runs at, newest last (`remember`)
         self._known: dict[str, RunHead] = {}
+        self._ready_as_of = -1  # `FORGETS.count` when the pool was last seen ready
 
     def ready(self) -> bool:
         """The store was checked (head revision, shape) on this pool, and still counts."""
-        return is_store_ready(self._engine.pool, self._schema)
+        count = FORGETS.count  # read first: a forget during the check is not missed
+        if self._ready_as_of == count:
+            return True
+        if not is_store_ready(self._engine.pool, self._schema):
+            return False
+        self._ready_as_of = count
+        return True
 
     def release(self, *, discard: bool = False) -> None:
         """Give the kept connection back to the pool; `discard`: close it instead (it may
@@ -130,7 +143,8 @@ class DirectWrites:
             with self._lock:
                 kept, self._kept = self._kept, None
             if kept is not None:
-                watch_connection(kept[0].dbapi_connection)
+                if self._watched:
+                    watch_connection(kept[0].dbapi_connection)
                 return kept
         with database_errors(WRITE):
             pooled = self._engine.raw_connection()
@@ -138,48 +152,44 @@ class DirectWrites:
         assert dbapi_connection is not None  # a connection just checked out
         return pooled, Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
 
-    def _checkin(self, kept: tuple[PoolProxiedConnection, Statements]) -> None:
-        """After a commit: keep the connection if none is kept, else back to the pool."""
-        if self._keeping:
-            with self._lock:
-                if self._kept is None:
-                    self._kept = kept
-                    return
-        kept[0].close()
-
-    def _remember(self, heads: list[RunHead]) -> None:
-        """Keep the heads a commit left runs at, for the next write to start from
-        (`JournalTransaction.known_head`). A head that is stale by then (another writer,
-        a commit whose outcome was lost) only costs that write a read of the row: its
+    def _after_commit(
+        self, kept: tuple[PoolProxiedConnection, Statements], heads: list[RunHead]
+    ) -> None:
+        """Keep the heads the commit left runs at, for the next write to start from
+        (`JournalTransaction.known_head`), and the connection if none is kept (else it
+        goes back to the pool). A head that is stale by then (another writer, a commit
+        whose outcome was lost) only costs that write a read of the row: its
         compare-and-set names the whole head."""
-        if not heads:
-            return
         with self._lock:
-            known = self._known
-            for head in heads:
-                known.pop(head.run_id, None)
-                known[head.run_id] = head
-            while len(known) > KNOWN_HEADS:
-                del known[next(iter(known))]
+            if heads:
+                known = self._known
+                for head in heads:
+                    known.pop(head.run_id, None)
+                    known[head.run_id] = head
+                while len(known) > KNOWN_HEADS:
+                    del known[next(iter(known))]
+            if self._keeping and self._kept is None:
+                self._kept = kept
+                return
+        kept[0].close()
 
     def run(self, work: Callable[[RunRepository], T]) -> T:
         pooled, statements = self._checkout()
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
-            if self._begins_immediate:
-                # take the write lock first: a concurrent writer waits in SQLite's busy
-                # handler instead of failing the read-then-write halfway
-                with database_errors(WRITE):
+            with _WRITE_ERRORS:  # the journal's own calls are coded already
+                if self._begins_immediate:
+                    # take the write lock first: a concurrent writer waits in SQLite's
+                    # busy handler instead of failing the read-then-write halfway
                     statements.begin_immediate()
-            transaction = JournalTransaction.on_pooled(
-                self._engine.dialect, dbapi_connection, statements, self._schema, self._known
-            )
-            repository = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
-            result = work(repository)
-            with database_errors(WRITE):
+                transaction = JournalTransaction.on_pooled(
+                    self._engine.dialect, dbapi_connection, statements, self._schema, self._known
+                )
+                result = work(
+                    RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
+                )
                 dbapi_connection.commit()
-            self._remember(transaction.heads_left())
             transaction.wake_followers_if_appended(self._engine)
         except BaseException:
             # The failure that got us here stays authoritative.
@@ -189,7 +199,7 @@ class DirectWrites:
                 pooled.invalidate()  # a connection that cannot roll back is not reused
             pooled.close()
             raise
-        self._checkin((pooled, statements))
+        self._after_commit((pooled, statements), transaction.heads_left())
         return result
 
 

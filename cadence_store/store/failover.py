@@ -22,7 +22,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Final, TypeVar, TypeVarTuple
 
 from ..errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
 from ..storage.call_budget import call_budget
@@ -30,6 +30,7 @@ from ..storage.failures import is_connection_lost, is_database_error
 from ..telemetry import record_failover_rerun
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 DEFAULT_FAILOVER_TIMEOUT_S: Final = 30.0
 FIRST_DELAY_S: Final = 0.05
@@ -49,9 +50,9 @@ def require_failover_timeout(value: object) -> float:
 
 
 class Failover:
-    """The re-run policy of one store: `run(attempt)` calls `attempt(rerun)`, where
-    `rerun` is True on every attempt after a lost connection (the earlier one may have
-    committed)."""
+    """The re-run policy of one store: `run(attempt, *args)` calls `attempt(rerun, *args)`,
+    where `rerun` is True on every attempt after a lost connection (the earlier one may
+    have committed)."""
 
     def __init__(
         self,
@@ -76,23 +77,28 @@ class Failover:
         self._sleep = sleep
         self._interrupts = interrupts
 
-    def run(self, attempt: Callable[[bool], T]) -> T:
-        """The whole call, first attempt included, ends within `timeout_s` (+ the last
-        backoff's rounding): a stuck attempt is interrupted (`call_budget`)."""
+    def run(self, attempt: Callable[[bool, *Ts], T], *args: *Ts) -> T:
+        """`attempt(rerun, *args)` until it succeeds (`rerun`: False on the first). The
+        whole call, first attempt included, ends within `timeout_s` (+ the last backoff's
+        rounding): a stuck attempt is interrupted (`call_budget`)."""
         if self.timeout_s <= 0:
-            return attempt(False)
-        if not self._interrupts:
-            return self._attempts(attempt, None)
-        with call_budget(self.timeout_s) as bound:
-            return self._attempts(attempt, bound.expired_flag)
+            return attempt(False, *args)
+        if self._interrupts:
+            with call_budget(self.timeout_s) as bound:
+                return self._attempts(bound.expired_flag, attempt, *args)
+        return self._attempts(None, attempt, *args)
 
-    def _attempts(self, attempt: Callable[[bool], T], expired: Callable[[], bool] | None) -> T:
-        """`expired`: the watchdog's flag (None: the clock says when the budget ran out)."""
+    def _attempts(
+        self, expired: Callable[[], bool] | None, attempt: Callable[[bool, *Ts], T], *args: *Ts
+    ) -> T:
+        """`expired`: the watchdog's flag (None: the clock says when the budget ran out).
+        The budget of a call that never fails is never built (on the hot path: a closure
+        and an object per call)."""
         deadline = self._monotonic() + self.timeout_s
         try:
-            return attempt(False)
+            return attempt(False, *args)
         except CadenceStoreError as error:
-            failed = error  # the budget is only built for a call that failed once
+            failed = error
         if expired is None:
             monotonic = self._monotonic
             expired = lambda: monotonic() >= deadline  # noqa: E731
@@ -100,7 +106,7 @@ class Failover:
         while True:
             self._sleep(self._next_delay(failed, budget))
             try:
-                return attempt(True)
+                return attempt(True, *args)
             except CadenceStoreError as error:
                 failed = error
 

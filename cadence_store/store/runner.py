@@ -171,15 +171,21 @@ class Runner:
 
         `host_code`: `work` calls a host's `write(session)`, so it needs a unit of work's
         `Session`; other calls take the fast path when the engine allows it."""
-        self.assert_open()
-        return self.failover.run(
-            lambda again: self._write_once(
-                rerun if again and rerun is not None else work, host_code
-            )
-        )
+        if self._closed:
+            raise StoreUnavailableError("run-store-closed")
+        return self.failover.run(self._write_once, work, rerun, host_code)
 
-    def _write_once(self, work: Callable[[RunRepository], T], host_code: bool) -> T:
-        self.assert_open()
+    def _write_once(
+        self,
+        again: bool,
+        work: Callable[[RunRepository], T],
+        rerun: Callable[[RunRepository], T] | None,
+        host_code: bool,
+    ) -> T:
+        if again:  # after a lost connection and a wait: the store may be closed by now
+            self.assert_open()
+            if rerun is not None:
+                work = rerun
         direct = None if host_code else self._direct
         attempt = 0
         while True:

@@ -4,9 +4,16 @@ every chain it wrote verified (`finish`). Timing itself is never asserted."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from benchmarks.sqlite_gap import FLOORS, STORES, bench_sqlite_gap
+from benchmarks.no_otel import ABSENT, ENVIRONMENT
+from benchmarks.sqlite_gap import FLOOR_OF, FLOORS, STORES, bench_sqlite_gap
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sqlite_side_by_side_times_every_system_by_clock_and_cpu(tmp_path: Path) -> None:
@@ -19,3 +26,29 @@ def test_sqlite_side_by_side_times_every_system_by_clock_and_cpu(tmp_path: Path)
     assert all(result["wait_ms"][name] >= 0 for name in systems)
     assert all(result["wal_frames_per_commit"][name] > 0 for name in (*FLOORS, *STORES))
     assert result["synchronous"]["store_engine"] == 2  # FULL, like the store's own engine
+    # each way of opening the store has its like-for-like floor (a host engine's: pooled)
+    assert all(f"{store}/{floor}" in result["ratios"] for store, floor in FLOOR_OF.items())
+    assert result["opentelemetry"] in (True, False)
+
+
+def _otel_seen_by_the_library(environment: dict[str, str]) -> str:
+    probe = "import benchmarks, cadence_store.telemetry as t; print(t.OTEL_AVAILABLE)"
+    return subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_the_benchmarks_measure_the_library_as_installed_without_the_otel_extra() -> None:
+    """`CADENCE_BENCH_OTEL=absent` (what `python -m benchmarks` re-runs itself with) hides
+    opentelemetry from cadence_store in that process; without it the library sees the
+    API this environment has."""
+    hidden = {**os.environ, ENVIRONMENT: ABSENT}
+    shown = {key: value for key, value in os.environ.items() if key != ENVIRONMENT}
+    assert _otel_seen_by_the_library(hidden) == "False"
+    installed = importlib.util.find_spec("opentelemetry.trace") is not None
+    assert _otel_seen_by_the_library(shown) == str(installed)

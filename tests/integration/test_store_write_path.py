@@ -20,11 +20,14 @@ from cadence_store import (
     OperationConflictError,
     RunRepository,
     RunStore,
+    SchemaOutOfDateError,
     StoreUnavailableError,
     TransactionAbortedError,
+    upgrade,
 )
 from cadence_store.parallel_verify import verify_runs
 from cadence_store.storage.models import operations, runs
+from cadence_store.storage.schema import downgrade
 from cadence_store.store.direct_write import fits_direct_writes
 
 
@@ -181,6 +184,28 @@ def test_the_connection_kept_between_writes_never_starves_the_store(store_url):
             # a read needs the other one: the kept connection went back to the pool
             assert small.status(run.run_id).sequence == 2  # t2 is not committed yet
         assert small.transition(run.run_id, "paused", operation_id="t3").sequence == 4
+
+
+@pytest.mark.run_store_only
+def test_a_downgrade_through_the_engine_stops_the_next_direct_write(store_url):
+    """The direct path remembers that its pool was checked ready; a downgrade through the
+    same engine must still be seen by the next write, which is refused (and writes
+    nothing), and an upgrade lets writes through again."""
+    host_engine = create_engine(store_url)
+    try:
+        with RunStore(host_engine, root_hash=ROOT_HASH) as hosted:
+            run = hosted.start_run("abel-implement", change="downgraded", operation_id="s1")
+            hosted.transition(run.run_id, "paused", operation_id="t1")  # the direct path
+            assert hosted.runner._direct is not None and hosted.runner._direct.ready()
+            downgrade(host_engine, "-1")
+            with pytest.raises(SchemaOutOfDateError) as refused:
+                hosted.transition(run.run_id, "paused", operation_id="t2")
+            assert refused.value.code == "run-store-upgrade-required"
+            upgrade(host_engine)
+            assert hosted.transition(run.run_id, "paused", operation_id="t2").sequence == 3
+            hosted.verify_integrity(run.run_id)
+    finally:
+        host_engine.dispose()
 
 
 @pytest.mark.run_store_only

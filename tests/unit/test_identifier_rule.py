@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cadence_store import InvalidInputError
-from cadence_store.journal.validation import IDENTIFIER, require_operation_id
+from cadence_store.journal.validation import IDENTIFIER, is_identifier, require_operation_id
 
 VECTORS = json.loads(
     (Path(__file__).parent.parent / "fixtures" / "identifier-code-points.json").read_text()
@@ -44,3 +44,19 @@ def test_lengths_count_code_points() -> None:
     assert require_operation_id("\u212a" * 128)
     with pytest.raises(InvalidInputError):
         require_operation_id("\u212a" * 129)
+
+
+def test_the_string_method_check_is_the_rule() -> None:
+    """`is_identifier` (string methods for ASCII) answers as the expression does: every
+    code point at an end, inside, and alone; every ASCII pair and triple around the
+    edges; lengths 1, 128, 129; the empty string."""
+    for cp in EVERY_CODE_POINT:
+        for text in (chr(cp), f"a{chr(cp)}a", f"{chr(cp)}a", f"a{chr(cp)}"):
+            assert is_identifier(text) == (IDENTIFIER.fullmatch(text) is not None), repr(text)
+    ascii_sample = [chr(cp) for cp in range(0x80)]
+    for first in ascii_sample:
+        for last in ascii_sample:
+            for text in (first + last, f"{first}-{last}", f"{first}.x:{last}"):
+                assert is_identifier(text) == (IDENTIFIER.fullmatch(text) is not None)
+    for text in ("", "a" * 128, "a" * 129, "a" + "-" * 126 + "b", "a" + "-" * 127 + "b"):
+        assert is_identifier(text) == (IDENTIFIER.fullmatch(text) is not None), len(text)
