@@ -8,9 +8,9 @@ directory (``PG_REGRESS_SOCK_DIR``), and pg_autoctl's configuration and state li
 too (``XDG_*``). It creates the monitor, the primary, then the standby (asking the
 primary for a CHECKPOINT so that the standby's base backup does not wait for a spread
 one), waits until the monitor reports ``primary`` and ``secondary``, and yields a
-`Formation`. On exit every pg_autoctl process group is stopped, any server left is
-stopped (``pg_ctl -m immediate``) and the directory removed; a watchdog process does the
-same if we die.
+`Formation`. On exit a watchdog process (the same if we die) freezes every pg_autoctl
+process group, stops every server (``pg_ctl -m immediate``), kills the groups and
+removes the directory.
 
 `fast=True` tightens the monitor's health checks (for the default suite); `fast=False`
 keeps pg_auto_failover's defaults, whose promotion after a node crash takes about 50 s.
@@ -49,7 +49,10 @@ FORMATION_MONITOR_SETTINGS = {
 }
 
 # argv = [root, pg_ctl, datadir...]; stdin: one process group id a line, as they start.
-# On EOF (our parent ended or died): kill the groups, stop any server left, remove root.
+# On EOF (our parent ended or died): freeze the groups (no pg_autoctl restarts a server),
+# stop every server while its postmaster lives, then kill the groups and remove root. A
+# postmaster killed first (it leads a session of its own, outside pg_autoctl's group)
+# leaves the monitor's logger and health-check worker running, orphaned, for good.
 _WATCHDOG = """\
 import os, shutil, signal, subprocess, sys
 root, pg_ctl, *datadirs = sys.argv[1:]
@@ -59,16 +62,20 @@ try:
         groups.append(int(line))
 except BaseException:
     pass
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
+def signal_groups(number):
+    for group in groups:
+        try:
+            os.killpg(group, number)
+        except OSError:
+            pass
+signal_groups(signal.SIGSTOP)
 for datadir in datadirs:
     if os.path.exists(os.path.join(datadir, "postmaster.pid")):
-        subprocess.run(["runuser", "-u", "postgres", "--", pg_ctl, "-D", datadir, "-m",
-                        "immediate", "-w", "stop"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, cwd=root)
+        command = [pg_ctl, "-D", datadir, "-m", "immediate", "-w", "-t", "20", "stop"]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
+signal_groups(signal.SIGKILL)
 shutil.rmtree(root, ignore_errors=True)
 """
 
@@ -263,16 +270,17 @@ def auto_failover_formation(
         watchdog.stdin.flush()
 
     def stop() -> None:
-        # a throwaway formation: no graceful shutdown (pg_autoctl's takes seconds per node)
-        for process in formation.processes:
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-        for process in formation.processes:
-            process.wait(timeout=10)
+        # a throwaway formation: no graceful shutdown (pg_autoctl's takes seconds per node);
+        # the watchdog stops the servers, then kills the pg_autoctl groups (its order)
         with contextlib.suppress(Exception):
             assert watchdog.stdin is not None
-            watchdog.stdin.close()  # EOF: the watchdog stops what is left, removes root
-            watchdog.wait(timeout=60)
+            watchdog.stdin.close()  # EOF: the watchdog stops everything, removes root
+            watchdog.wait(timeout=90)
+        for process in formation.processes:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)  # if the watchdog could not
+        for process in formation.processes:
+            process.wait(timeout=10)
         shutil.rmtree(root, ignore_errors=True)
 
     atexit.register(stop)

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
+from contextlib import closing
 from itertools import chain
 from typing import Any
 
@@ -20,8 +21,8 @@ from ..storage.failures import READ, coded
 from ..storage.rows import EventRow, OperationOfRunRow
 from ..storage.run_statements import (
     BINDINGS_OF_RUN,
-    EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_PAGE,
+    EVENTS_OF_RUN_REST,
     LOCATED_RECEIPTS_OF_RUN,
     OPERATION,
     OPERATIONS_OF_RUN,
@@ -64,24 +65,21 @@ class RunReading(RepositoryCore):
         """(sequence, type, payload_json, prior_hash, event_hash, recorded_at) in order,
         fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
         an `EventRow` per row would cost verification time."""
-        for page in self._event_pages(run_id):
-            yield from page
+        with closing(self._event_pages(run_id)) as pages:
+            for page in pages:
+                yield from page
 
-    def _event_pages(self, run_id: str) -> Iterator[list[tuple[Any, ...]]]:
+    def _event_pages(self, run_id: str) -> Generator[list[tuple[Any, ...]]]:
         """`iter_event_rows`' pages (a replay iterates them in C, no generator step per
         event); only a page's last row is named."""
         sql = self._read_statements()
         page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
-        while page:
-            yield page
-            if len(page) < EVENT_BATCH:
-                break
-            page = sql.raw_rows(
-                EVENTS_OF_RUN_AFTER,
-                run_id=run_id,
-                after=EventRow(*page[-1]).sequence,
-                limit=EVENT_BATCH,
-            )
+        if not page:
+            return
+        yield page  # a short chain: one round trip
+        if len(page) == EVENT_BATCH:
+            after = EventRow(*page[-1]).sequence
+            yield from sql.raw_pages(EVENTS_OF_RUN_REST, EVENT_BATCH, run_id=run_id, after=after)
 
     @coded(READ)
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
@@ -105,8 +103,9 @@ class RunReading(RepositoryCore):
         located: LocatedReceipts | None = None,
     ) -> Document:
         verifier = ChainVerifier()
+        pages = self._event_pages(run_id)
         try:
-            rows = chain.from_iterable(self._event_pages(run_id))
+            rows = chain.from_iterable(pages)
             decrease = replay_rows(verifier, rows, receipts, located)
             if decrease is not None and receipts is not None:
                 # times are outside the hash: reported, never a verification failure
@@ -126,6 +125,8 @@ class RunReading(RepositoryCore):
             raise JournalIntegrityError(
                 error.code, run_id=run_id, sequence=verifier.count + 1
             ) from None
+        finally:
+            pages.close()  # a replay stopped early: its streaming cursor, now
 
     @coded(READ)
     def rebuild_projection(self, run_id: str) -> RunProjection:

@@ -19,6 +19,7 @@ from cadence_store import (
     StoreUnavailableError,
 )
 from cadence_store.journal import ZERO_EVENT_HASH, create_event, reduce_events
+from cadence_store.repository.run_repository import EVENT_BATCH
 from cadence_store.storage.models import events, operations, runs
 
 A = "a" * 64
@@ -155,6 +156,31 @@ def test_verify_integrity_detects_a_tampered_projection(store, db):
         assert info.value.code == "run-projection-integrity-mismatch", column
         set_run(**{column: getattr(status, column)})
     assert store.verify_integrity(status.run_id).to_json() == stored
+
+
+def test_a_chain_longer_than_a_page_reads_and_verifies_whole(store, run_store, db):
+    """A chain is read a page (`EVENT_BATCH` events) first, the rest streamed in one
+    statement: a run of more than two pages lists every event once and in order,
+    replays to its head, and a broken event on its last page is found there."""
+    run = run_store.start_run("abel-design", provisional_key=C, operation_id="long-s")
+    count = 2 * EVENT_BATCH + 150
+    with run_store.unit_of_work() as uow:
+        for n in range(count - 1):
+            uow.runs.transition(run.run_id, "paused", operation_id=f"long-{n}", code=f"c{n % 7}")
+    listed = store.list_events(run.run_id)
+    assert [event.sequence for event in listed] == list(range(1, count + 1))
+    assert store.verify_integrity(run.run_id).sequence == count
+    assert store.rebuild_projection(run.run_id) == store.status(run.run_id)
+    broken = count - 3
+    with db.begin() as connection:
+        connection.execute(
+            update(events)
+            .where(events.c.run_id == run.run_id, events.c.sequence == broken)
+            .values(payload_json=json.dumps({**listed[broken - 1].payload, "code": "edited"}))
+        )
+    with pytest.raises(JournalIntegrityError) as info:
+        store.verify_integrity(run.run_id)
+    assert (info.value.code, info.value.sequence) == ("event-integrity-hash-chain", broken)
 
 
 def test_append_does_not_read_the_chain(store, db):
