@@ -6,6 +6,10 @@ in a fresh random order every round, with a settle pause after long calls; the r
 gives medians and ratios of medians, and a write+fsync of the same disk runs among the
 transition variants so that a slow stretch of the disk is visible (`common.py`).
 
+The library is measured as installed without the `otel` extra: run as a program, this
+starts again with `CADENCE_BENCH_OTEL=absent` (`no_otel.py`; `--otel`: as this
+environment has it). What the extra costs is the telemetry section's.
+
 cadence 1.x's figures (`CADENCE_1X`) were measured in a separate harness (Node 24,
 `node:sqlite`, the same machine kind); they are drawn on the chart as published, not
 re-measured here.

@@ -49,10 +49,11 @@ FORMATION_MONITOR_SETTINGS = {
 }
 
 # argv = [root, pg_ctl, datadir...]; stdin: one process group id a line, as they start.
-# On EOF (our parent ended or died): freeze the groups (no pg_autoctl restarts a server),
-# stop every server while its postmaster lives, then kill the groups and remove root. A
-# postmaster killed first (it leads a session of its own, outside pg_autoctl's group)
-# leaves the monitor's logger and health-check worker running, orphaned, for good.
+# On EOF (our parent ended or died): freeze the pg_autoctl processes (so that none starts
+# a server again), stop every server while its postmaster lives, then kill the groups and
+# remove root. A postmaster killed first (it is in pg_autoctl's group; its children each
+# lead a session of their own) leaves the monitor's logger and health-check worker
+# running, orphaned, for good.
 _WATCHDOG = """\
 import os, shutil, signal, subprocess, sys
 root, pg_ctl, *datadirs = sys.argv[1:]
@@ -62,20 +63,31 @@ try:
         groups.append(int(line))
 except BaseException:
     pass
-def signal_groups(number):
-    for group in groups:
+postmasters = set()
+for datadir in datadirs:
+    try:
+        with open(os.path.join(datadir, "postmaster.pid")) as pid_file:
+            postmasters.add(int(pid_file.readline()))
+    except (OSError, ValueError):
+        pass
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) not in postmasters:
         try:
-            os.killpg(group, number)
+            if os.getpgid(int(entry)) in groups:
+                os.kill(int(entry), signal.SIGSTOP)
         except OSError:
             pass
-signal_groups(signal.SIGSTOP)
 for datadir in datadirs:
     if os.path.exists(os.path.join(datadir, "postmaster.pid")):
         command = [pg_ctl, "-D", datadir, "-m", "immediate", "-w", "-t", "20", "stop"]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
         subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
-signal_groups(signal.SIGKILL)
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
 shutil.rmtree(root, ignore_errors=True)
 """
 

@@ -48,9 +48,9 @@ def is_safe_integer(value: object) -> bool:
 
 
 def is_identifier(value: str) -> bool:
-    """`IDENTIFIER.fullmatch(value)`, an ASCII value judged by three string methods
-    (every journal call checks an operation id; the regular expression's engine was
-    the dearer part of that check)."""
+    """`IDENTIFIER.fullmatch(value)`, an ASCII value judged by string methods (every
+    journal call checks an operation id; the regular expression's engine was the dearer
+    part of that check)."""
     if value.isascii():
         return (
             0 < len(value) <= 128

@@ -71,7 +71,8 @@ class RunReading(RepositoryCore):
 
     def _event_pages(self, run_id: str) -> Generator[list[tuple[Any, ...]]]:
         """`iter_event_rows`' pages (a replay iterates them in C, no generator step per
-        event); only a page's last row is named."""
+        event): the first a plain query, the rest of a long chain one streamed statement
+        (`EVENTS_OF_RUN_REST`); close it to end that statement early."""
         sql = self._read_statements()
         page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
         if not page:
