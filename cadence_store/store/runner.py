@@ -171,8 +171,7 @@ class Runner:
 
         `host_code`: `work` calls a host's `write(session)`, so it needs a unit of work's
         `Session`; other calls take the fast path when the engine allows it."""
-        if self._closed:
-            raise StoreUnavailableError("run-store-closed")
+        self.assert_open()
         return self.failover.run(self._write_once, work, rerun, host_code)
 
     def _write_once(

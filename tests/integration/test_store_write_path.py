@@ -201,6 +201,18 @@ def test_a_downgrade_through_the_engine_stops_the_next_direct_write(store_url):
             with pytest.raises(SchemaOutOfDateError) as refused:
                 hosted.transition(run.run_id, "paused", operation_id="t2")
             assert refused.value.code == "run-store-upgrade-required"
+            with host_engine.connect() as connection:  # the refused write wrote nothing
+                written = connection.execute(
+                    text("SELECT count(*) FROM events WHERE run_id = :run"), {"run": run.run_id}
+                ).scalar_one()
+                receipt = connection.execute(
+                    text(
+                        "SELECT count(*) FROM operations"
+                        " WHERE run_id = :run AND operation_id = 't2'"
+                    ),
+                    {"run": run.run_id},
+                ).scalar_one()
+            assert (written, receipt) == (2, 0)
             upgrade(host_engine)
             assert hosted.transition(run.run_id, "paused", operation_id="t2").sequence == 3
             hosted.verify_integrity(run.run_id)
