@@ -24,12 +24,15 @@ from ..storage.run_statements import (
     EVENTS_OF_RUN_PAGE,
     EVENTS_OF_RUN_REST,
     LOCATED_RECEIPTS_OF_RUN,
+    LOCATED_RECEIPTS_OF_RUN_PAGE,
     OPERATION,
     OPERATIONS_OF_RUN,
     RUN_IDS,
     UNLOCATED_OPERATIONS_OF_RUN,
+    UNLOCATED_OPERATIONS_OF_RUN_PAGE,
     VERIFY_COLUMNS,
 )
+from ..storage.statements import Query, Statements
 from . import queries
 from .core import EVENT_BATCH, RepositoryCore
 
@@ -38,6 +41,27 @@ logger = logging.getLogger(__name__)
 
 # `iter_event_rows`' columns, as `RunEvent` names them
 _EVENT_FIELDS = ("sequence", "type", "payload", "prior_hash", "hash", "recorded_at")
+
+
+def _whole_pages(
+    sql: Statements, first: list[tuple[Any, ...]], query: Query[Any], run_id: str
+) -> Generator[list[tuple[Any, ...]]]:
+    """The pages of `query`, whose first `EVENT_BATCH` rows were read already (`first`):
+    that page alone when it is shorter, else `query` again from its start, streamed
+    (its order may have ties, so no keyset could resume it)."""
+    if len(first) < EVENT_BATCH:
+        if first:
+            yield first
+        return
+    yield from sql.raw_pages(query, EVENT_BATCH, run_id=run_id)
+
+
+def _whole(
+    sql: Statements, first: list[tuple[Any, ...]], query: Query[Any], run_id: str
+) -> Iterator[tuple[Any, ...]]:
+    with closing(_whole_pages(sql, first, query, run_id)) as pages:
+        for page in pages:
+            yield from page
 
 
 class RunReading(RepositoryCore):
@@ -69,12 +93,18 @@ class RunReading(RepositoryCore):
             for page in pages:
                 yield from page
 
-    def _event_pages(self, run_id: str) -> Generator[list[tuple[Any, ...]]]:
+    def _event_pages(
+        self, run_id: str, first: list[tuple[Any, ...]] | None = None
+    ) -> Generator[list[tuple[Any, ...]]]:
         """`iter_event_rows`' pages (a replay iterates them in C, no generator step per
-        event): the first a plain query, the rest of a long chain one streamed statement
-        (`EVENTS_OF_RUN_REST`); close it to end that statement early."""
+        event): the first a plain query (`first`, when the caller read it already), the
+        rest of a long chain one streamed statement (`EVENTS_OF_RUN_REST`); close it to
+        end that statement early."""
         sql = self._read_statements()
-        page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
+        if first is None:
+            page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
+        else:
+            page = first
         if not page:
             return
         yield page  # a short chain: one round trip
@@ -102,9 +132,10 @@ class RunReading(RepositoryCore):
         run_id: str,
         receipts: ReceiptVerifier | None = None,
         located: LocatedReceipts | None = None,
+        first_events: list[tuple[Any, ...]] | None = None,
     ) -> Document:
         verifier = ChainVerifier()
-        pages = self._event_pages(run_id)
+        pages = self._event_pages(run_id, first_events)
         try:
             rows = chain.from_iterable(pages)
             decrease = replay_rows(verifier, rows, receipts, located)
@@ -158,19 +189,32 @@ class RunReading(RepositoryCore):
     def _verify_integrity(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
         sql = self._read_statements()
-        row = sql.one(VERIFY_COLUMNS, run_id=run_id)
+        # the first page of each read, sent together (one round trip on PostgreSQL: a
+        # short run verifies in one, where its reads one by one cost five); a page that
+        # came back full is read again whole, streamed
+        page = {"run_id": run_id, "limit": EVENT_BATCH}
+        columns_rows, unlocated, located_page, first_events, binding_rows = sql.raw_rows_of_each(
+            (
+                (VERIFY_COLUMNS, page),
+                (UNLOCATED_OPERATIONS_OF_RUN_PAGE, page),
+                (LOCATED_RECEIPTS_OF_RUN_PAGE, page),
+                (EVENTS_OF_RUN_PAGE, page),
+                (BINDINGS_OF_RUN, page),
+            )
+        )
+        row = next((VERIFY_COLUMNS.row(*found) for found in columns_rows), None)
         if row is None:
             raise RunNotFoundError("run-not-found")
         # receipts are streamed in chain order beside the events (nothing kept per
         # receipt); the few rows it does not locate are checked first, and those it
         # locates without a receipt's shape (never written so) after it
         receipts = ReceiptVerifier(run_id)
-        for operation in sql.raw_stream(UNLOCATED_OPERATIONS_OF_RUN, EVENT_BATCH, run_id=run_id):
+        for operation in _whole(sql, unlocated, UNLOCATED_OPERATIONS_OF_RUN, run_id):
             receipts.add(operation)
-        stream = sql.raw_pages(LOCATED_RECEIPTS_OF_RUN, EVENT_BATCH, run_id=run_id)
+        stream = _whole_pages(sql, located_page, LOCATED_RECEIPTS_OF_RUN, run_id)
         try:
             located = LocatedReceipts(chain.from_iterable(stream))
-            rebuilt = self._replay_chain(run_id, receipts, located)
+            rebuilt = self._replay_chain(run_id, receipts, located, first_events)
             located_fault = located.finish()
         finally:
             stream.close()
@@ -179,12 +223,7 @@ class RunReading(RepositoryCore):
             if other is not None:  # None: deleted since (then it holds nothing to check)
                 receipts.add_out_of_order((operation_id, *other))
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
-        difference = stored_difference(
-            rebuilt,
-            row.projection_json,
-            columns,
-            sql.all(BINDINGS_OF_RUN, run_id=run_id),
-        )
+        difference = stored_difference(rebuilt, row.projection_json, columns, binding_rows)
         if difference is not None:
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch",

@@ -321,9 +321,10 @@ _SHAPED_RECEIPT: Final = and_(
     operations.c.lease_expires_at.is_(None),
     operations.c.lease_fence.is_(None),
 )
-LOCATED_RECEIPTS_OF_RUN: Final = Query(
-    "located_receipts_of_run",
-    lambda _: (
+
+
+def _located_receipts_of_run() -> Select[Any]:
+    return (
         select(
             operations.c.sequence,
             operations.c.operation_id,
@@ -332,19 +333,38 @@ LOCATED_RECEIPTS_OF_RUN: Final = Query(
         )
         .where(operations.c.run_id == bindparam("run_id"), operations.c.sequence.is_not(None))
         .order_by(operations.c.sequence)
-    ),
+    )
+
+
+LOCATED_RECEIPTS_OF_RUN: Final = Query(
+    "located_receipts_of_run", lambda _: _located_receipts_of_run(), LocatedReceiptRow
+)
+# Its first `limit` rows, on a plain cursor: a short run's receipts in one round trip
+# (`RunReading._verify_integrity`).
+LOCATED_RECEIPTS_OF_RUN_PAGE: Final = Query(
+    "located_receipts_of_run_page",
+    lambda _: _located_receipts_of_run().limit(bindparam("limit")),
     LocatedReceiptRow,
 )
+
+
 # ...and the rows it does not locate (a NULL sequence: leases, receipts whose text names
 # none; few, found by the same index, each checked as an operations row)
-UNLOCATED_OPERATIONS_OF_RUN: Final = Query(
-    "unlocated_operations_of_run",
-    lambda _: (
+def _unlocated_operations_of_run() -> Select[Any]:
+    return (
         select(operations.c.operation_id, *_OPERATION_COLUMNS)
         .where(operations.c.run_id == bindparam("run_id"), operations.c.sequence.is_(None))
         # by an expression: an ordered walk of the primary key would read every row of
         # the run; these few are sorted (the same order, the column's collation)
         .order_by(operations.c.operation_id.concat(literal_column("''")))
-    ),
+    )
+
+
+UNLOCATED_OPERATIONS_OF_RUN: Final = Query(
+    "unlocated_operations_of_run", lambda _: _unlocated_operations_of_run(), OperationOfRunRow
+)
+UNLOCATED_OPERATIONS_OF_RUN_PAGE: Final = Query(
+    "unlocated_operations_of_run_page",
+    lambda _: _unlocated_operations_of_run().limit(bindparam("limit")),
     OperationOfRunRow,
 )

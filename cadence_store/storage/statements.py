@@ -15,7 +15,7 @@ leases, bindings, verification), `append_statements`, `read_statements`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -266,6 +266,35 @@ class Statements:
         closes its cursor."""
         for rows in self.raw_pages(query, batch, **params):
             yield from rows
+
+    def raw_rows_of_each(
+        self, requests: Sequence[tuple[Query[Any], Mapping[str, Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """`raw_rows` of each (query, values), in order: sent together on PostgreSQL
+        (psycopg's pipeline mode: one round trip for all of them), one by one elsewhere,
+        and where a host listens to the engine's statements."""
+        raw = self._raw
+        if (
+            not self.profile.pipelines_reads
+            or self._dialect.is_async
+            or isinstance(self._cursor, _ObservedCursor)
+            or not hasattr(raw, "pipeline")
+        ):
+            return [self._run(query, params).fetchall() for query, params in requests]
+        cursors = []
+        try:
+            with raw.pipeline():
+                for query, params in requests:
+                    compiled = self._compiled.get(query) or _compiled(
+                        self._dialect, query, self._schema_map
+                    )
+                    cursor = raw.cursor()
+                    cursors.append(cursor)
+                    cursor.execute(compiled.text, compiled.arguments(params))
+            return [cursor.fetchall() for cursor in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
 
     def raw_pages(
         self, query: Query[Row], batch: int, **params: Any

@@ -183,6 +183,32 @@ def test_a_chain_longer_than_a_page_reads_and_verifies_whole(store, run_store, d
     assert (info.value.code, info.value.sequence) == ("event-integrity-hash-chain", broken)
 
 
+def test_receipts_past_the_first_page_are_checked(store, run_store, db):
+    """A run's receipts are read a page first on a plain cursor, and streamed from the
+    start only when that page is full: a run of exactly one page of receipts, and one of
+    more, verify; a receipt edited on the last page of either is found at its sequence."""
+    for count in (EVENT_BATCH, EVENT_BATCH + 40):  # receipts: the start's, one per move
+        tag = f"r{count}"
+        run = run_store.start_run(
+            "abel-design", provisional_key=f"{count:064x}", operation_id=f"{tag}-s"
+        )
+        with run_store.unit_of_work() as uow:
+            for n in range(count - 1):
+                uow.runs.transition(run.run_id, "paused", operation_id=f"{tag}-{n}")
+        assert store.verify_integrity(run.run_id).sequence == count
+        edited = count - 2  # the receipt of the move to this sequence
+        with db.begin() as connection:
+            connection.execute(
+                update(operations)
+                .where(operations.c.run_id == run.run_id, operations.c.sequence == edited)
+                .values(outcome_json=operations.c.outcome_json + " ")
+            )
+        with pytest.raises(JournalIntegrityError) as info:
+            store.verify_integrity(run.run_id)
+        assert info.value.sequence == edited, count
+        assert info.value.code == "operation-receipt-mismatch", info.value.code
+
+
 def test_append_does_not_read_the_chain(store, db):
     """An append works from the stored head (O(1)); a break in old events shows only on
     a full replay."""
