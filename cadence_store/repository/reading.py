@@ -101,10 +101,11 @@ class RunReading(RepositoryCore):
         rest of a long chain one streamed statement (`EVENTS_OF_RUN_REST`); close it to
         end that statement early."""
         sql = self._read_statements()
-        if first is None:
-            page = sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
-        else:
-            page = first
+        page = (
+            sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
+            if first is None
+            else first
+        )
         if not page:
             return
         yield page  # a short chain: one round trip

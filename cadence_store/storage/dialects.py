@@ -102,9 +102,6 @@ class DialectProfile:
     feed_numbered_by_readers: bool = False
     # followers are woken by LISTEN/NOTIFY (else they poll for a changed database)
     notifies: bool = False
-    # several reads can be sent before their answers are read, in one round trip
-    # (psycopg's pipeline mode, where the driver's connection has it)
-    pipelines_reads: bool = False
 
 
 SQLITE: Final = DialectProfile(
@@ -127,7 +124,6 @@ POSTGRESQL: Final = DialectProfile(
     streaming_cursor=_named_cursor,
     feed_numbered_by_readers=True,
     notifies=True,
-    pipelines_reads=True,
 )
 _PROFILES: Final = {profile.name: profile for profile in (SQLITE, POSTGRESQL)}
 

@@ -211,6 +211,11 @@ class Statements:
         """SQLite: begin a transaction holding the write lock (see `engine.begin_immediate`)."""
         self._cursor.execute("BEGIN IMMEDIATE")
 
+    def _compiled_of(self, statement: Statement) -> CompiledStatement:
+        return self._compiled.get(statement) or _compiled(
+            self._dialect, statement, self._schema_map
+        )
+
     def _run(self, statement: Statement, params: Mapping[str, Any]) -> Any:
         compiled = self._compiled.get(statement) or _compiled(
             self._dialect, statement, self._schema_map
@@ -274,20 +279,18 @@ class Statements:
         (psycopg's pipeline mode: one round trip for all of them), one by one elsewhere,
         and where a host listens to the engine's statements."""
         raw = self._raw
+        # the driver says whether it pipelines (psycopg's sync connection does)
         if (
-            not self.profile.pipelines_reads
+            not hasattr(raw, "pipeline")
             or self._dialect.is_async
             or isinstance(self._cursor, _ObservedCursor)
-            or not hasattr(raw, "pipeline")
         ):
             return [self._run(query, params).fetchall() for query, params in requests]
         cursors = []
         try:
             with raw.pipeline():
                 for query, params in requests:
-                    compiled = self._compiled.get(query) or _compiled(
-                        self._dialect, query, self._schema_map
-                    )
+                    compiled = self._compiled_of(query)
                     cursor = raw.cursor()
                     cursors.append(cursor)
                     cursor.execute(compiled.text, compiled.arguments(params))
@@ -301,7 +304,7 @@ class Statements:
     ) -> Generator[list[tuple[Any, ...]]]:
         """`raw_stream` a batch at a time (a reader that chains them in C takes no
         generator step per row); closing the generator closes its cursor."""
-        statement = _compiled(self._dialect, query, self._schema_map)
+        statement = self._compiled_of(query)
         args = statement.arguments(params)
         cursor = self.profile.streaming_cursor(self._raw, bool(self._dialect.is_async))
         try:
