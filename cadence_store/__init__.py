@@ -27,6 +27,7 @@ from .journal import (
     OperationStatus,
     RunEvent,
     RunProjection,
+    Transition,
 )
 from .journal.feed import FeedItem
 from .journal.views import (
@@ -98,6 +99,7 @@ __all__ = [
     "StoreUnavailableError",
     "TransactionAbortedError",
     "TimelineEntry",
+    "Transition",
     "UnitOfWork",
     "configure_engine",
     "copy_store",

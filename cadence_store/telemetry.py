@@ -59,6 +59,8 @@ JOURNAL_WRITES: Final = frozenset(
         "transition",
         "transition_atomically",
         "transition_once",
+        "transition_many",
+        "transition_many_once",
     }
 )
 # public methods that get no span of their own

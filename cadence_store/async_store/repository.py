@@ -109,6 +109,8 @@ class AsyncRunRepository:
     bind_deliveries_once = _awaitable(RunRepository.bind_deliveries_once)
     transition = _awaitable(RunRepository.transition)
     transition_once = _awaitable(RunRepository.transition_once)
+    transition_many = _awaitable(RunRepository.transition_many)
+    transition_many_once = _awaitable(RunRepository.transition_many_once)
     acquire_lease = _awaitable(RunRepository.acquire_lease)
     renew_lease = _awaitable(RunRepository.renew_lease)
     assert_lease = _awaitable(RunRepository.assert_lease)

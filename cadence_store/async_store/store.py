@@ -305,6 +305,7 @@ class AsyncRunStore:
     bind_change = _proxy(RunStore.bind_change)
     bind_delivery = _proxy(RunStore.bind_delivery)
     transition = _proxy(RunStore.transition)
+    transition_many = _proxy(RunStore.transition_many)
 
     bind_delivery_atomically = _hosts(calls.bind_delivery_atomically)
     bind_deliveries_atomically = _hosts(calls.bind_deliveries_atomically)

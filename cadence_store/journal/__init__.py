@@ -23,6 +23,7 @@ from .values import (
     OperationStatus,
     RunEvent,
     RunProjection,
+    Transition,
 )
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "OperationStatus",
     "RunEvent",
     "RunProjection",
+    "Transition",
     "apply_event",
     "assert_transition",
     "can_transition",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pydantic import ValidationError
 
 from ..errors import InvalidInputError, LeaseFencedError, RunNotFoundError
 from .states import RUN_STAGES
-from .values import ApprovalProof, BindDelivery, OperationLease
+from .values import ApprovalProof, BindDelivery, OperationLease, Transition
 from .vocabulary import DESIGN_STAGE, GATE_VALUES
 
 CHANGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?")
@@ -329,4 +329,55 @@ def check_deliveries(inputs: object) -> list[BindDelivery]:
         r.run_id != first.run_id or (r.lease.token if r.lease else None) != token for r in requests
     ):
         raise InvalidInputError("delivery-binding-write-invalid")
+    return requests
+
+
+# the keys one request of `check_transitions` may have (snake_case or camelCase)
+TRANSITION_FIELDS: Final = frozenset(
+    {"run_id", "runId", "to", "operation_id", "operationId", "code"}
+)
+
+
+class CheckedTransition(NamedTuple):
+    """One request of `transition_many`, its input checked (`to` is judged with the run:
+    after the receipt, as `transition` judges it; a `to` that is no text is "")."""
+
+    run_id: str
+    to: str
+    operation_id: str
+    code: str | None
+
+
+def check_transitions(inputs: object) -> list[CheckedTransition]:
+    """Validate the inputs of `transition_many` (`Transition`s or mappings of their
+    fields), each with `transition`'s input rules and codes."""
+    if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Iterable):
+        raise InvalidInputError("transition-batch-invalid")
+    requests = []
+    for item in inputs:
+        run_id: object
+        to: object
+        operation_id: object
+        code: object
+        if isinstance(item, Transition):
+            run_id, to, operation_id, code = item.run_id, item.to, item.operation_id, item.code
+        elif isinstance(item, Mapping):
+            if not item.keys() <= TRANSITION_FIELDS:
+                # a lease among them: a fenced transition is `transition(..., lease=...)`
+                raise InvalidInputError("invalid-transition-request")
+            run_id = item.get("run_id", item.get("runId"))
+            to = item.get("to")
+            operation_id = item.get("operation_id", item.get("operationId"))
+            code = item.get("code")
+        else:
+            raise InvalidInputError("invalid-transition-request")
+        checked_operation = require_operation_id(operation_id)
+        checked_run = require_run_id_text(run_id)
+        checked_code = require_transition_code(code)
+        require_findable_run(checked_run, None)
+        requests.append(
+            CheckedTransition(
+                checked_run, to if isinstance(to, str) else "", checked_operation, checked_code
+            )
+        )
     return requests

@@ -273,6 +273,16 @@ class OperationStatus(_Value):
     fence: StrictInt | None = None  # the current or last grant's (None for receipts)
 
 
+class Transition(_Value):
+    """One input of `transition_many`: the fields of `transition`, without a lease (a
+    fenced transition is a call of its own)."""
+
+    run_id: StrictStr
+    to: StrictStr
+    operation_id: StrictStr
+    code: StrictStr | None = None
+
+
 class BindDelivery(_Value):
     """One input of `bind_deliveries_atomically` (the fields of `bind_delivery`)."""
 

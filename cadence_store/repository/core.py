@@ -42,7 +42,7 @@ from ..storage.append_statements import (
     UPSERT_RECEIPT,
 )
 from ..storage.failures import WRITE, database_errors
-from ..storage.rows import OperationRow
+from ..storage.rows import HeadRow, OperationRow
 from ..storage.run_statements import (
     ADVISORY_LOCK,
     HEAD,
@@ -85,7 +85,7 @@ def expiry(now: int, ttl: int) -> int:
 
 
 @dataclass(slots=True)
-class _NextEvent:
+class NextEvent:
     """An event computed from a locked run's head, and the run's projection after it."""
 
     head: RunHead
@@ -94,6 +94,19 @@ class _NextEvent:
     event_hash: str
     document: Document
     projection_json: str  # `document`'s JSON
+
+    def next_head(self) -> RunHead:
+        """The run's head once this event is appended."""
+        head = self.head
+        return RunHead(
+            head.run_id,
+            head.root_hash,
+            head.stage,
+            self.projection_json,
+            head.sequence + 1,
+            self.event_hash,
+            self.document,
+        )
 
     def parameters(self) -> dict[str, Any]:
         """The bound values of the append's statements (`storage/statements.py`), by name."""
@@ -118,6 +131,14 @@ class ExpiryNeeded(CadenceStoreError):
     mark it interrupted (`RunStore` then asks the primary; callers never see it)."""
 
     default_code = "operation-expiry-needed"
+
+
+def transition_payload(head: RunHead, to: str, code: str | None) -> Document:
+    """A `state-transitioned` event's payload from `head`'s state to `to`."""
+    payload: Document = {"from": head.document().get("state"), "to": to}
+    if code is not None:
+        payload["code"] = code
+    return payload
 
 
 def journal_write(method: Callable[P, R]) -> Callable[P, R]:
@@ -226,12 +247,17 @@ class RepositoryCore:
                 sql.one(ADVISORY_LOCK, key=_advisory_key(key))
 
     def _head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead | None:
-        transaction = self.transaction
         if lock:
-            kept = transaction.kept_head(run_id)
+            kept = self.transaction.kept_head(run_id)
             if kept is not None:
                 return kept
-        row = sql.one(HEAD_FOR_UPDATE if lock else HEAD, run_id=run_id)
+        return self._head_of(
+            run_id, sql.one(HEAD_FOR_UPDATE if lock else HEAD, run_id=run_id), keep=lock
+        )
+
+    def _head_of(self, run_id: str, row: HeadRow | None, *, keep: bool) -> RunHead | None:
+        """The head in `row` (read for `run_id`); `keep`: locked, kept for the rest of
+        this transaction."""
         if row is None:
             return None
         if row.run_id != run_id:
@@ -241,8 +267,8 @@ class RepositoryCore:
                 "run-projection-integrity-mismatch", run_id=run_id, sequence=row.sequence
             )
         head = RunHead(*row)
-        if lock:
-            transaction.keep_head(head)
+        if keep:
+            self.transaction.keep_head(head)
         return head
 
     def _require_head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead:
@@ -307,7 +333,7 @@ class RepositoryCore:
     # -- the chain ---------------------------------------------------------------------
 
     @staticmethod
-    def _next_event(head: RunHead, type_: str, payload: Document) -> _NextEvent:
+    def _next_event(head: RunHead, type_: str, payload: Document) -> NextEvent:
         """The event that follows a locked run's head, and the run after it: O(1), the
         stored projection is the base. Writes nothing."""
         current = head.document()
@@ -319,7 +345,7 @@ class RepositoryCore:
         event_hash = hash_event(sequence, type_, payload, head.event_hash)
         document = apply_event(current, sequence, type_, payload, event_hash)
         assert document is not None
-        return _NextEvent(
+        return NextEvent(
             head, type_, js_stringify(payload), event_hash, document, js_stringify(document)
         )
 
@@ -343,7 +369,7 @@ class RepositoryCore:
         return event.document, event.projection_json
 
     def _append_recorded(
-        self, sql: Statements, event: _NextEvent, operation_id: str, *, known: bool = False
+        self, sql: Statements, event: NextEvent, operation_id: str, *, known: bool = False
     ) -> bool:
         """Write `event`, the run's new head and the committed receipt of `operation_id`
         (kind: the event's type), unless the operation id has a row already or the head
@@ -378,7 +404,7 @@ class RepositoryCore:
         type_: str,
         payload_for: Callable[[RunHead], Document],
         operation_id: str,
-    ) -> _NextEvent | None:
+    ) -> NextEvent | None:
         """Append after the head this store's last commit left the run at, without reading
         the run row: the write lands only if the row still holds exactly that head and
         the operation id has no receipt. None when no head is remembered or nothing was
@@ -393,21 +419,10 @@ class RepositoryCore:
             return None
         return event if self._append_recorded(sql, event, operation_id, known=True) else None
 
-    def _remember(self, event: _NextEvent) -> None:
+    def _remember(self, event: NextEvent) -> None:
         """Keep the run's new head for the rest of this transaction (which holds its lock;
         a host session's transaction keeps none)."""
-        head = event.head
-        self.transaction.keep_head(
-            RunHead(
-                head.run_id,
-                head.root_hash,
-                head.stage,
-                event.projection_json,
-                head.sequence + 1,
-                event.event_hash,
-                event.document,
-            )
-        )
+        self.transaction.keep_head(event.next_head())
 
     def _forget_head(self, run_id: str) -> None:
         self.transaction.forget_head(run_id)

@@ -85,6 +85,7 @@ from ..storage.run_statements import (
     START_RECEIPTS,
 )
 from ..telemetry import instrument, note_appended
+from .batches import TransitionBatches
 from .bindings import DeliveryBindings
 from .core import (
     EVENT_BATCH,
@@ -96,15 +97,15 @@ from .core import (
     RepositoryCore,
     journal_write,
     system_clock,
+    transition_payload,
 )
 from .feed import RunFeed
 from .leases import LeaseRules, fenced
 from .reading import RunReading
-from .transaction import RunHead
 
 
 @instrument
-class RunRepository(DeliveryBindings, LeaseRules, RunReading, RunFeed):
+class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading, RunFeed):
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
 
@@ -307,7 +308,7 @@ class RunRepository(DeliveryBindings, LeaseRules, RunReading, RunFeed):
                 sql,
                 run_id,
                 TRANSITIONED,
-                lambda head: _transition_payload(head, to, checked_code),
+                lambda head: transition_payload(head, to, checked_code),
                 operation_id,
             )
             if known is not None:
@@ -320,7 +321,7 @@ class RunRepository(DeliveryBindings, LeaseRules, RunReading, RunFeed):
         if head is not None and isinstance(to, str) and to in RUN_STATES:
             # The common case, in one write that also checks the receipt: it writes
             # nothing when the operation id has a row already.
-            payload = _transition_payload(head, to, checked_code)
+            payload = transition_payload(head, to, checked_code)
             try:
                 event = self._next_event(head, TRANSITIONED, payload)
             except CadenceStoreError:
@@ -338,17 +339,10 @@ class RunRepository(DeliveryBindings, LeaseRules, RunReading, RunFeed):
         # moved. From the stored head, with the receipt upserted (or the error raised).
         self._forget_head(run_id)
         head = self._require_head(sql, run_id, lock=True)
-        payload = _transition_payload(head, to, checked_code)
+        payload = transition_payload(head, to, checked_code)
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
         self._record(sql, run_id, operation_id, TRANSITIONED, projection_json, document["sequence"])
         return built_projection(document), True
-
-
-def _transition_payload(head: RunHead, to: str, code: str | None) -> Document:
-    payload: Document = {"from": head.document().get("state"), "to": to}
-    if code is not None:
-        payload["code"] = code
-    return payload
 
 
 __all__ = [

@@ -102,6 +102,9 @@ class DialectProfile:
     feed_numbered_by_readers: bool = False
     # followers are woken by LISTEN/NOTIFY (else they poll for a changed database)
     notifies: bool = False
+    # a batch's rows are bound as one JSON row set, in one statement (else each row is an
+    # execution of its own: `Statements.write_rows`)
+    binds_row_sets: bool = False
 
 
 SQLITE: Final = DialectProfile(
@@ -124,6 +127,7 @@ POSTGRESQL: Final = DialectProfile(
     streaming_cursor=_named_cursor,
     feed_numbered_by_readers=True,
     notifies=True,
+    binds_row_sets=True,
 )
 _PROFILES: Final = {profile.name: profile for profile in (SQLITE, POSTGRESQL)}
 

@@ -37,6 +37,16 @@ class OperationRow(NamedTuple):
     lease_fence: int | None
 
 
+class BatchReceiptRow(NamedTuple):
+    """A receipt as a batch of appends reads it (its pair, and what decides a replay)."""
+
+    run_id: str
+    operation_id: str
+    kind: str
+    state: str
+    outcome_json: str | None
+
+
 def with_server_time(*columns: Any) -> tuple[OperationRow, int]:
     """An operation row, and the database server's clock read after its row lock (the
     statement's last column)."""

@@ -14,6 +14,7 @@ leases, bindings, verification), `append_statements`, `read_statements`.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,25 @@ class Write:
     build: Callable[[str], ClauseElement]
 
 
-Statement = Query[Any] | Write
+@dataclass(frozen=True, eq=False, slots=True)
+class RowsWrite:
+    """A write of many rows, each a mapping of `columns`' values: one statement over the
+    rows as JSON (the parameter `rows`, `json_rows`) where the engine reads row sets
+    (PostgreSQL), else the driver's `executemany` of a one-row statement
+    (`Statements.write_rows`)."""
+
+    name: str
+    build: Callable[[str], ClauseElement]
+    columns: tuple[str, ...]
+
+
+Statement = Query[Any] | Write | RowsWrite
+
+
+def json_rows(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
+    """`rows` (their `fields`) as the JSON array of objects a row-set statement reads
+    (a string decodes to the very characters it encoded)."""
+    return json.dumps([{name: row[name] for name in fields} for row in rows])
 
 
 def bound(*names: str) -> dict[str, BindParameter[Any]]:
@@ -162,6 +181,9 @@ class _ObservedCursor:
     def fetchall(self) -> Any:
         return self._result.fetchall()
 
+    def executemany(self, text: str, arguments: Any) -> None:
+        self._result = self._connection.exec_driver_sql(text, arguments)
+
     @property
     def rowcount(self) -> int:
         return int(self._result.rowcount)
@@ -253,6 +275,23 @@ class Statements:
         cursor = self._cursor
         cursor.execute(compiled.text, compiled.arguments(params))
         count: int = cursor.rowcount
+        if count > 0:
+            self.writes += count
+        return count
+
+    def write_rows(self, write: RowsWrite, rows: Sequence[Mapping[str, Any]]) -> int:
+        """`write` of every mapping in `rows`, sent at once: on PostgreSQL one statement
+        over their JSON (one round trip, planned once), elsewhere `executemany` (sqlite3
+        steps it in C)."""
+        if not rows:
+            return 0
+        compiled = self._compiled_of(write)
+        arguments = compiled.arguments
+        if self.profile.binds_row_sets:
+            self._cursor.execute(compiled.text, arguments({"rows": json_rows(rows, write.columns)}))
+        else:
+            self._cursor.executemany(compiled.text, [arguments(row) for row in rows])
+        count: int = self._cursor.rowcount
         if count > 0:
             self.writes += count
         return count

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from ..journal import OperationLease, RunProjection, js_stringify
 from ..journal.validation import require_callable, require_operation_id
-from ..journal.values import ApprovalProof, BindDelivery
+from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..repository.leases import new_lease_token
 from ..repository.run_repository import (
     COMMITTED,
@@ -226,6 +226,16 @@ def transition(
     return Call(work, _replaying_first(run_id, operation_id, TRANSITIONED, work))
 
 
+def transition_many(
+    requests: Iterable[Transition | Mapping[str, Any]],
+) -> Call[list[RunProjection]]:
+    """Several transitions, of one run or several, in one transaction; the projection
+    after each, in order (`RunRepository.transition_many_once`'s rules)."""
+    items = _materialised(requests)
+    # a re-run replays what a first attempt committed (all of it, or nothing)
+    return Call(lambda runs: runs.transition_many(items))
+
+
 def transition_atomically(
     run_id: str,
     to: str,
@@ -329,4 +339,5 @@ __all__ = [
     "start_run",
     "transition",
     "transition_atomically",
+    "transition_many",
 ]

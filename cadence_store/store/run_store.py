@@ -302,6 +302,7 @@ class RunStore:
     bind_deliveries_atomically = _hosts(calls.bind_deliveries_atomically)
     transition = _writes(calls.transition)
     transition_atomically = _hosts(calls.transition_atomically)
+    transition_many = _writes(calls.transition_many)
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -100,6 +100,10 @@ async def _bind_deliveries_atomically(method: Any, context: Context) -> object:
     return await method(_deliveries(context), write=_write_nothing)
 
 
+async def _transition_many(method: Any, context: Context) -> object:
+    return await method([{"run_id": context.run_id, "to": "paused", "operation_id": "pause-2"}])
+
+
 async def _run_work(method: Any, context: Context) -> object:
     return await method(lambda repository: repository.status(context.run_id))
 
@@ -128,6 +132,7 @@ COMMON: dict[str, tuple[str, Invoke]] = {
     "bind_change": (WRITE_FAILED, _call("RUN", "other-change", operation_id="change-1")),
     "bind_delivery": (WRITE_FAILED, _call("RUN", "gate-a", 1, RECEIPT, operation_id="bind-1")),
     "transition": (WRITE_FAILED, _call("RUN", "paused", operation_id="pause-1")),
+    "transition_many": (WRITE_FAILED, _transition_many),
     "acquire_lease": (WRITE_FAILED, _call("RUN", "apply-2", 60_000)),
     "renew_lease": (WRITE_FAILED, _call("LEASE", 60_000)),
     "assert_lease": (WRITE_FAILED, _call("LEASE")),
@@ -170,6 +175,7 @@ REPOSITORY_CALLS: dict[str, tuple[str, Invoke]] = {
     "bind_deliveries": (WRITE_FAILED, _bind_deliveries),
     "bind_deliveries_once": (WRITE_FAILED, _bind_deliveries),
     "transition_once": (WRITE_FAILED, _call("RUN", "paused", operation_id="pause-1")),
+    "transition_many_once": (WRITE_FAILED, _transition_many),
     "run": (READ_FAILED, _run_work),  # the failure of the work's own read
     "record_position": (WRITE_FAILED, _call("walker", 1)),
 }

@@ -35,6 +35,7 @@ from cadence_store import (
     OperationLease,
     RunRepository,
     RunStore,
+    Transition,
     UnitOfWork,
 )
 
@@ -89,6 +90,14 @@ CALLS: dict[str, Call] = {
     "check_deliveries": lambda t: (([_bind(t)],), {}),
     "transition": lambda t: ((t.run_id, "paused"), {"operation_id": "walk-t", "code": "c"}),
     "transition_once": lambda t: ((t.run_id, "paused"), {"operation_id": "walk-t", "code": "c"}),
+    "transition_many": lambda t: (
+        ([{"run_id": t.run_id, "to": "paused", "operation_id": "walk-t"}],),
+        {},
+    ),
+    "transition_many_once": lambda t: (
+        ([Transition(run_id=t.run_id, to="paused", operation_id="walk-t", code="c")],),
+        {},
+    ),
     "transition_atomically": lambda t: (
         (t.run_id, "paused"),
         {"operation_id": "walk-t", "code": "c", "write": _no_write},

@@ -15,6 +15,7 @@ import cadence_store
 from cadence_store import RunStore
 from cadence_store.journal.views import RunListing
 from cadence_store.repository.queries import listing_statement
+from cadence_store.storage.batch_statements import RECEIPTS_OF_BATCH
 from cadence_store.storage.read_statements import OPERATION_ROWS_OF_RUN
 from cadence_store.storage.run_statements import (
     EVENTS_OF_RUN,
@@ -35,6 +36,7 @@ PARAMS = {
     "run_id": "00000000-0000-4000-8000-000000000000",
     "after": "00000000-0000-4000-8000-000000000000",
     "limit": 50,
+    "rows": json.dumps([{"run_id": f"r-{n}", "operation_id": f"start-{n}"} for n in range(100)]),
 }
 
 
@@ -105,3 +107,23 @@ def test_verification_streams_receipts_in_chain_order_by_their_index(database_ur
         located = _plan_text(database_url, query)
         assert "ix_operations_run_id_sequence" in located, (query.name, located)
         assert "TEMP B-TREE" not in located and '"Sort"' not in located, (query.name, located)
+
+
+def test_a_batch_finds_its_receipts_by_primary_key(database_url: str) -> None:
+    """`transition_many` reads its requests' receipts by (run id, operation id): one
+    primary-key lookup each, never a scan of the store's receipts."""
+    _store_with_runs(database_url, 300)
+    with RunStore(database_url, root_hash=ROOT) as store:
+        run_id = store.run_ids()[0]
+        # a long run: a scan of its receipts (the (run_id, sequence) index) would grow
+        store.transition_many(
+            [{"run_id": run_id, "to": "paused", "operation_id": f"t-{n}"} for n in range(3000)]
+        )
+    plan = _plan_text(database_url, RECEIPTS_OF_BATCH)
+    if "sqlite_autoindex" in plan or "SEARCH" in plan:  # SQLite: the primary key itself
+        assert "sqlite_autoindex_operations_1 (run_id=? AND operation_id=?)" in plan, plan
+    else:  # PostgreSQL: an index lookup per pair, by its operation id (or both columns)
+        assert '"Node Type": "Nested Loop"' in plan and '"Hash Join"' not in plan, plan
+        assert "pk_operations" in plan or "ix_operations_operation_id" in plan, plan
+    assert "Seq Scan" not in plan and "SCAN operations" not in plan, plan
+    assert "ix_operations_run_id_sequence" not in plan, plan  # never the run's receipts

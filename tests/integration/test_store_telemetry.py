@@ -73,6 +73,22 @@ def test_a_replay_says_replayed(store, telemetry):
     assert telemetry.metric("cadence_store.events.appended") == 2
 
 
+def test_a_batch_is_one_span_and_counts_each_event_it_appends(store, telemetry):
+    run = store.start_run("abel-implement", change="telemetry", operation_id="start-1")
+    requests = [
+        {"run_id": run.run_id, "to": state, "operation_id": f"move-{n}"}
+        for n, state in enumerate(["validating-delivery", "ready", "paused"])
+    ]
+    store.transition_many(requests)
+    store.transition_many(requests)  # every request replays
+
+    _, appended, replayed = calls(telemetry)
+    assert (appended.name, replayed.name) == ("cadence_store.transition_many",) * 2
+    assert appended.attributes["cadence_store.replayed"] is False
+    assert replayed.attributes["cadence_store.replayed"] is True
+    assert telemetry.metric("cadence_store.events.appended") == 1 + 3
+
+
 def test_a_failing_call_has_status_error_and_its_code(store, telemetry):
     run = store.start_run("abel-implement", change="telemetry", operation_id="start-1")
     with pytest.raises(CadenceStoreError) as failed:

@@ -10,13 +10,14 @@ import pytest
 from cadence_store.journal.views import RunListing
 from cadence_store.storage import (
     append_statements,
+    batch_statements,
     feed_statements,
     read_statements,
     run_statements,
 )
 from cadence_store.storage.read_statements import listing_statement
 from cadence_store.storage.rows import OperationRow, with_server_time
-from cadence_store.storage.statements import Query, Statement, Write
+from cadence_store.storage.statements import Query, RowsWrite, Statement, Write
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
 MAX_LINES = 500
@@ -75,9 +76,15 @@ def test_the_scan_finds_positional_indexing(tmp_path: Path) -> None:
 
 def _statements() -> dict[str, Statement]:
     found = {}
-    for module in (run_statements, append_statements, read_statements, feed_statements):
+    for module in (
+        run_statements,
+        append_statements,
+        read_statements,
+        feed_statements,
+        batch_statements,
+    ):
         for name, value in vars(module).items():
-            if isinstance(value, (Query, Write)):
+            if isinstance(value, (Query, Write, RowsWrite)):
                 found[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = value
     return found
 
