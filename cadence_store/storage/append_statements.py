@@ -76,17 +76,20 @@ def server_time_ms() -> ColumnElement[int]:
     return cast(func.floor(extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
 
 
-def append_time(dialect_name: str) -> ColumnElement[int]:
-    """The time an append records: the bound `now` (the store's clock, milliseconds), or,
-    on PostgreSQL when `now` is NULL, the server's clock read by the statement itself
-    (COALESCE evaluates it only then)."""
-    now = bindparam("now", type_=BigInteger)
+def append_time(dialect_name: str, now: ColumnElement[int] | None = None) -> ColumnElement[int]:
+    """The time an append records: `now` (by default the bound `now`: the store's clock,
+    milliseconds), or, on PostgreSQL when it is NULL, the server's clock read by the
+    statement itself (COALESCE evaluates it only then)."""
+    if now is None:
+        now = bindparam("now", type_=BigInteger)
     if dialect_name != "postgresql":
         return now
     return func.coalesce(now, server_time_ms())
 
 
-def _not_before(dialect_name: str, previous: ColumnElement[int | None]) -> ColumnElement[int]:
+def not_before(
+    dialect_name: str, previous: ColumnElement[int | None], now: ColumnElement[int] | None = None
+) -> ColumnElement[int]:
     """`append_time`, or `previous` if that is later.
 
     A run's times never decrease along its chain, even when the clock steps back (an NTP
@@ -95,8 +98,8 @@ def _not_before(dialect_name: str, previous: ColumnElement[int | None]) -> Colum
     meaning "appended later" within a run. So an event is stamped no earlier than the
     run's `updated_at`, which is the last event's stamp."""
     if dialect_name == "postgresql":
-        return func.greatest(append_time(dialect_name), previous)  # NULLs are ignored
-    now = append_time(dialect_name)
+        return func.greatest(append_time(dialect_name, now), previous)  # NULLs are ignored
+    now = append_time(dialect_name, now)
     return func.max(now, func.coalesce(previous, now))  # SQLite's max() of NULL is NULL
 
 
@@ -141,7 +144,7 @@ def advance_run(dialect_name: str) -> Update:
             runs.c.event_hash == bindparam("prior_hash"),
         )
         .values(
-            updated_at=_not_before(dialect_name, runs.c.updated_at),
+            updated_at=not_before(dialect_name, runs.c.updated_at),
             **bound(
                 "state",
                 "sequence",

@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.sql import ClauseElement
 
 from ..journal.vocabulary import COMMITTED
-from .append_statements import ADVANCE_RUN, INSERT_EVENT, INSERT_RECEIPT, server_time_ms
+from .append_statements import ADVANCE_RUN, INSERT_EVENT, INSERT_RECEIPT, not_before
 from .feed_statements import feed_position_on_insert
 from .models import events, operations, runs
 from .rows import BatchReceiptRow
@@ -73,7 +73,6 @@ def _advance_runs(dialect_name: str) -> ClauseElement:
     if dialect_name != "postgresql":
         return ADVANCE_RUN.build(dialect_name)
     batch = _recordset(runs, ADVANCE_FIELDS, "batch")
-    now = func.coalesce(batch.c.now, server_time_ms())  # as `append_time`
     return (
         update(runs)
         .where(
@@ -82,7 +81,7 @@ def _advance_runs(dialect_name: str) -> ClauseElement:
             runs.c.event_hash == batch.c.prior_hash,
         )
         .values(
-            updated_at=func.greatest(now, runs.c.updated_at),  # as `_not_before`
+            updated_at=not_before(dialect_name, runs.c.updated_at, batch.c.now),
             **{name: batch.c[name] for name in ADVANCED_COLUMNS},
         )
     )
