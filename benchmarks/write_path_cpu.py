@@ -30,6 +30,7 @@ from typing import Any
 import cadence_store.storage.engine as store_engine
 from cadence_store.repository.run_repository import RunRepository
 from cadence_store.repository.transaction import JournalTransaction
+from cadence_store.storage.dialects import profile_of
 from cadence_store.storage.statements import Statements
 
 from .common import open_store, paused_run
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     def repository(run_id: str, operation_id: str) -> None:
         statements = Statements.on_dbapi(store.engine.dialect, raw)
         statements.begin_immediate()
-        transaction = JournalTransaction.on_pooled(store.engine.dialect, raw, statements, None)
+        transaction = JournalTransaction.on_pooled(
+            profile_of(store.engine.dialect), raw, statements, None
+        )
         RunRepository(transaction, root_hash=store.root_hash).transition(
             run_id, "paused", operation_id=operation_id, code="x"
         )

@@ -17,8 +17,11 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any, Final
 
+import orjson
+
 __all__ = [
     "JsonValueError",
+    "canonical_and_stringified",
     "canonical_json",
     "compare_canonical_strings",
     "has_lossy_number",
@@ -88,31 +91,11 @@ _fast_sorted: Final = _make_fast_encoder(True)
 _fast_unsorted: Final = _make_fast_encoder(False)
 
 
-def _make_plain_encoder(sort_keys: bool) -> Callable[[object], str]:
-    """The encoder for values `_is_plain` passed: orjson where installed (a dependency;
-    for such values its output is the C encoder's, tested for every code point and for
-    floats in the range `_is_plain` lets through, at a tenth of its cost), else the
-    stdlib C encoder. orjson refuses what nests deeper than it goes: the C encoder
-    writes those."""
-    stdlib = _fast_sorted if sort_keys else _fast_unsorted
-    try:
-        import orjson
-    except ImportError:  # pragma: no cover
-        return stdlib
-    dumps = orjson.dumps
-    option = orjson.OPT_SORT_KEYS if sort_keys else 0
-
-    def plain(value: object) -> str:
-        try:
-            return dumps(value, option=option).decode()
-        except TypeError:  # orjson.JSONEncodeError: nested deeper than orjson's limit
-            return stdlib(value)
-
-    return plain
-
-
-_plain_sorted: Final = _make_plain_encoder(True)
-_plain_unsorted: Final = _make_plain_encoder(False)
+# orjson writes the values `_is_plain` passed (for such values its output is the C
+# encoder's, tested for every code point and for floats in the range `_is_plain` lets
+# through, at a tenth of its cost); it refuses what nests deeper than it goes
+# (`TypeError`), and the C encoder writes those.
+_SORTED: Final = orjson.OPT_SORT_KEYS
 
 
 def _is_plain(
@@ -305,10 +288,25 @@ def _dispatch(value: object, canonical: bool) -> str:
             canonical,
             0,
         ):
-            return _plain_sorted(value) if canonical else _plain_unsorted(value)
+            try:
+                return orjson.dumps(value, option=_SORTED if canonical else 0).decode()
+            except TypeError:  # orjson.JSONEncodeError: nested deeper than orjson's limit
+                return _fast_sorted(value) if canonical else _fast_unsorted(value)
         return _encode(value, canonical, 0)
     except RecursionError:
         raise JsonValueError("JSON value nested too deep for the interpreter stack") from None
+
+
+def canonical_and_stringified(value: dict[str, Any]) -> tuple[bytes, str]:
+    """`canonical_json(value)` as UTF-8 and `js_stringify(value)`, with one proof for
+    both where `value` is plain (an event's payload is hashed in one and stored in the
+    other on every append)."""
+    if type(value) is dict and _is_plain(value, True, 0) and _is_plain(value, False, 0):
+        try:
+            return orjson.dumps(value, option=_SORTED), orjson.dumps(value).decode()
+        except TypeError:  # nested deeper than orjson's limit
+            pass
+    return canonical_json(value).encode("utf-8"), js_stringify(value)
 
 
 def canonical_json(value: object) -> str:

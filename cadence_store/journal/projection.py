@@ -147,7 +147,9 @@ def _transitioned(projection: Document | None, payload: Mapping[str, Any], owned
         result.pop("pauseCode", None)
         result.pop("terminal", None)
     else:
-        result = {k: v for k, v in projection.items() if k not in ("pauseCode", "terminal")}
+        result = dict(projection)  # the same order without them, copied in C
+        result.pop("pauseCode", None)
+        result.pop("terminal", None)
     _enter(result, target, payload)
     return result
 

@@ -103,6 +103,31 @@ def require_findable_run(run_id: str, lease: OperationLease | None) -> None:
         raise RunNotFoundError("run-not-found")
 
 
+def require_transition_input(
+    run_id: object, operation_id: object, code: object, lease: object
+) -> tuple[str, str, str | None, OperationLease | None]:
+    """A transition's checked run id, operation id, code and lease: the common input
+    (ASCII ids, no lease) in this one call, anything else by each rule in cadence 1.x's
+    order (operation id, run id, code, lease, a run id no database can hold), which says
+    what is wrong."""
+    if (
+        lease is None
+        and type(operation_id) is str
+        and is_identifier(operation_id)
+        and type(run_id) is str
+        and run_id.isascii()
+        and "\x00" not in run_id  # `is_storable` of an ASCII text
+        and (code is None or type(code) is str)
+    ):
+        return run_id, operation_id, code or None, None
+    checked_operation_id = require_operation_id(operation_id)
+    checked_run_id = require_run_id_text(run_id)
+    checked_code = require_transition_code(code)
+    checked_lease = coerce_optional_lease(lease)
+    require_findable_run(checked_run_id, checked_lease)
+    return checked_run_id, checked_operation_id, checked_code, checked_lease
+
+
 def require_clock(value: object) -> Any:
     if value is not None and not callable(value):
         raise InvalidInputError("invalid-clock", "clock must be a callable returning milliseconds")
@@ -371,10 +396,9 @@ def check_transitions(inputs: object) -> list[CheckedTransition]:
             code = item.get("code")
         else:
             raise InvalidInputError("invalid-transition-request")
-        checked_operation = require_operation_id(operation_id)
-        checked_run = require_run_id_text(run_id)
-        checked_code = require_transition_code(code)
-        require_findable_run(checked_run, None)
+        checked_run, checked_operation, checked_code, _ = require_transition_input(
+            run_id, operation_id, code, None
+        )
         requests.append(
             CheckedTransition(
                 checked_run, to if isinstance(to, str) else "", checked_operation, checked_code

@@ -23,7 +23,9 @@ from ..errors import (
     RunNotFoundError,
 )
 from ..journal import RunProjection, apply_event, hash_event, js_stringify
+from ..journal.canonical import canonical_and_stringified
 from ..journal.documents import Document, stored_projection
+from ..journal.events import hash_canonical_event
 from ..journal.validation import is_safe_integer, require_clock, require_root_hash
 from ..journal.vocabulary import (
     COMMITTED,
@@ -41,6 +43,7 @@ from ..storage.append_statements import (
     INSERT_RECEIPT,
     UPSERT_RECEIPT,
 )
+from ..storage.dialects import DialectProfile
 from ..storage.failures import WRITE, database_errors
 from ..storage.rows import HeadRow, OperationRow
 from ..storage.run_statements import (
@@ -155,10 +158,11 @@ def journal_write(method: Callable[P, R]) -> Callable[P, R]:
         transaction = repository.transaction
         before = transaction.writes
         try:
-            with guard:
-                return method(*args, **kwargs)
+            return method(*args, **kwargs)
         except BaseException as error:
+            # judged by the failure itself (a database error, or one coded from it)
             transaction.note_failure(error, wrote=transaction.writes != before)
+            guard.raise_coded(error)
             raise
 
     return wrapper
@@ -223,13 +227,16 @@ class RepositoryCore:
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
-    def _append_now(self) -> int | None:
+    def _append_now(self, profile: DialectProfile | None = None) -> int | None:
         """The time an append records (`sql_append.append_time`): None lets the
-        PostgreSQL server's clock stamp it in the same statement, as lease time does."""
+        PostgreSQL server's clock stamp it in the same statement, as lease time does.
+        `profile`: the transaction's, where the caller has it at hand."""
         if self._explicit_clock:
             return self._now()
+        if profile is None:
+            profile = self.transaction.profile
         # the system clock (its milliseconds are a safe integer), unless the server's
-        return None if self.transaction.profile.server_clock else self._clock()
+        return None if profile.server_clock else self._clock()
 
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
@@ -342,12 +349,14 @@ class RepositoryCore:
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
         sequence = head.sequence + 1
-        event_hash = hash_event(sequence, type_, payload, head.event_hash)
+        # the payload's canonical JSON (hashed) and its text (stored), proved plain once
+        canonical_payload, payload_json = canonical_and_stringified(payload)
+        event_hash = hash_canonical_event(
+            sequence, type_, canonical_payload, head.event_hash
+        ) or hash_event(sequence, type_, payload, head.event_hash)
         document = apply_event(current, sequence, type_, payload, event_hash)
         assert document is not None
-        return NextEvent(
-            head, type_, js_stringify(payload), event_hash, document, js_stringify(document)
-        )
+        return NextEvent(head, type_, payload_json, event_hash, document, js_stringify(document))
 
     def _append(
         self, sql: Statements, head: RunHead, type_: str, payload: Document
@@ -355,7 +364,7 @@ class RepositoryCore:
         """Append one event to a locked run (its receipt is the caller's to record)."""
         event = self._next_event(head, type_, payload)
         params = event.parameters()
-        params["now"] = self._append_now()
+        params["now"] = self._append_now(sql.profile)
         if sql.write_from(ADVANCE_RUN, params) != 1:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
@@ -364,8 +373,8 @@ class RepositoryCore:
             )
         sql.write_from(INSERT_EVENT, params)
         note_appended()
-        self.transaction.note_append()
-        self._remember(event)
+        self.transaction.note_append(sql.profile)
+        self.transaction.keep_head(event.next_head())
         return event.document, event.projection_json
 
     def _append_recorded(
@@ -379,7 +388,7 @@ class RepositoryCore:
         params["operation_id"] = operation_id
         params["kind"] = event.type
         params["outcome_json"] = event.projection_json
-        params["now"] = self._append_now()
+        params["now"] = self._append_now(sql.profile)
         if known:
             params["prior_projection_json"] = event.head.projection_json
         if sql.profile.one_statement_append:
@@ -393,8 +402,8 @@ class RepositoryCore:
                 sql.write_from(INSERT_RECEIPT, params)
         if appended:
             note_appended()
-            self.transaction.note_append()
-            self._remember(event)
+            self.transaction.note_append(sql.profile)
+            self.transaction.keep_head(event.next_head())
         return appended
 
     def _append_after_known_head(
@@ -418,11 +427,6 @@ class RepositoryCore:
         except CadenceStoreError:
             return None
         return event if self._append_recorded(sql, event, operation_id, known=True) else None
-
-    def _remember(self, event: NextEvent) -> None:
-        """Keep the run's new head for the rest of this transaction (which holds its lock;
-        a host session's transaction keeps none)."""
-        self.transaction.keep_head(event.next_head())
 
     def _forget_head(self, run_id: str) -> None:
         self.transaction.forget_head(run_id)

@@ -28,6 +28,7 @@ stored JSON is decoded by `journal.documents`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -57,15 +58,12 @@ from ..journal.documents import (
 from ..journal.run_ids import new_run_id
 from ..journal.validation import (
     check_delivery,
-    coerce_optional_lease,
     lookup_keys,
     require_change,
-    require_findable_run,
     require_operation_id,
     require_run_id,
-    require_run_id_text,
     require_stage,
-    require_transition_code,
+    require_transition_input,
 )
 from ..journal.vocabulary import (
     CHANGE_BOUND,
@@ -297,18 +295,16 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
             if appended:
                 session.add(AuditRow(run_id=run_id, request_id=request_id))
         """
-        require_operation_id(operation_id)
-        require_run_id_text(run_id)
-        checked_code = require_transition_code(code)
-        checked_lease = coerce_optional_lease(lease)
-        require_findable_run(run_id, checked_lease)
+        _, _, checked_code, checked_lease = require_transition_input(
+            run_id, operation_id, code, lease
+        )
         sql = self._write_statements()
         if checked_lease is None and isinstance(to, str) and to in RUN_STATES:
             known = self._append_after_known_head(
                 sql,
                 run_id,
                 TRANSITIONED,
-                lambda head: transition_payload(head, to, checked_code),
+                functools.partial(transition_payload, to=to, code=checked_code),
                 operation_id,
             )
             if known is not None:

@@ -27,12 +27,12 @@ with `TransactionAbortedError`: nothing of it is committed, never only a part.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, event
-from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.base import NestedTransaction
 from sqlalchemy.orm import Session, SessionTransaction
 
@@ -67,6 +67,7 @@ class RunHead:
 
 # a kept head, and the savepoint it was kept under (None: the transaction itself)
 _KeptHead = tuple[RunHead, NestedTransaction | None]
+_HEAD_OF_KEPT: Final = operator.itemgetter(0)
 
 
 class JournalTransaction:
@@ -127,7 +128,7 @@ class JournalTransaction:
     @classmethod
     def on_pooled(
         cls,
-        dialect: Dialect,
+        profile: DialectProfile,
         raw: Any,
         statements: Statements,
         schema: str | None,
@@ -136,7 +137,7 @@ class JournalTransaction:
         """The runner's own transaction on a pooled DB-API connection (store checked).
         `known`: the heads the store's earlier commits left runs at (`known_head`)."""
         return cls(
-            profile_of(dialect),
+            profile,
             schema,
             owned=True,
             statements=statements,
@@ -304,15 +305,18 @@ class JournalTransaction:
         """The heads this transaction left the runs it locked at (once committed, the
         runs' heads)."""
         kept = (self._heads or {}).values()
+        if self._connection is None:  # no savepoints: every kept head (picked in C)
+            return list(map(_HEAD_OF_KEPT, kept))
         return [head for head, savepoint in kept if savepoint is None or savepoint.is_active]
 
     # -- the feed ---------------------------------------------------------------------------
 
-    def note_append(self) -> None:
+    def note_append(self, profile: DialectProfile | None = None) -> None:
         """An event was written: once this transaction commits, followers are woken
         (PostgreSQL: `storage.feed_notifier`; SQLite's followers see the file change). A
-        host's session wakes them from its `after_commit`."""
-        if self._appended or not self.profile.notifies:
+        host's session wakes them from its `after_commit`. `profile`: this transaction's,
+        where the caller has it at hand."""
+        if self._appended or not (profile or self.profile).notifies:
             return
         session = self._host_session
         if session is not None and not self._owned:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     select,
     update,
 )
@@ -243,8 +244,8 @@ APPEND_RECORDED_KNOWN: Final = Query(
 INSERT_RECEIPT: Final = Write(
     "insert_receipt",
     lambda _: operations.insert().values(
-        # named apart from the run's `state`, bound by the same append
-        state=bindparam("receipt_state", COMMITTED),
+        # written into the statement: no value to pick for it on every append
+        state=literal_column(f"'{COMMITTED}'", operations.c.state.type),
         **bound("run_id", "operation_id", "kind", "outcome_json", "sequence"),
     ),
 )

@@ -53,7 +53,10 @@ def feed_position_on_insert(dialect_name: str) -> ColumnElement[int | None]:
     """The value an appended event's `feed_position` gets in its INSERT (see above)."""
     if dialect_name == "postgresql":
         return cast(null(), BigInteger)
-    return select(func.coalesce(func.max(events.c.feed_position), 0) + 1).scalar_subquery()
+    # the numbers written into the statement: no value to pick for them on every append
+    return select(
+        func.coalesce(func.max(events.c.feed_position), literal_column("0")) + literal_column("1")
+    ).scalar_subquery()
 
 
 def _unnumbered() -> Select[Any]:

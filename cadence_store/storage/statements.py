@@ -15,6 +15,7 @@ leases, bindings, verification), `append_statements`, `read_statements`.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,6 +124,9 @@ def _arguments_of(
             return _as_given
         fixed = dict(constants)
         return lambda params: {**fixed, **params}
+    if not constants and len(positions) > 1:
+        # the tuple in C, with no Python frame (the append's statements take this way)
+        return operator.itemgetter(*positions)
     defaults: dict[str, Any] = {}
     items: list[str] = []
     for name in positions:

@@ -7,6 +7,7 @@ the same descriptions in its own unit of work.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -75,17 +76,11 @@ def _replay_first(run_id: str, operation_id: str, kind: str) -> Work[RunProjecti
     return lambda runs: runs.recorded_outcome(run_id, operation_id, kind)
 
 
-def _replaying_first(
-    run_id: str, operation_id: str, kind: str, work: Work[RunProjection]
-) -> Work[RunProjection]:
-    """`work`'s re-run: what the operation id's first attempt committed, if it did, else
-    `work` (one closure, made for every call: the hot path's)."""
-
-    def rerun(runs: RunRepository) -> RunProjection:
-        found = runs.recorded_outcome(run_id, operation_id, kind)
-        return work(runs) if found is None else found
-
-    return rerun
+def _replayed_or_done(
+    run_id: str, operation_id: str, kind: str, work: Work[RunProjection], runs: RunRepository
+) -> RunProjection:
+    found = runs.recorded_outcome(run_id, operation_id, kind)
+    return work(runs) if found is None else found
 
 
 def _materialised(values: Any) -> Any:
@@ -149,7 +144,9 @@ def bind_delivery(
             lease=lease,
         )
 
-    return Call(work, _replaying_first(run_id, operation_id, DELIVERY_BOUND, work))
+    return Call(
+        work, functools.partial(_replayed_or_done, run_id, operation_id, DELIVERY_BOUND, work)
+    )
 
 
 def bind_delivery_atomically(
@@ -223,7 +220,9 @@ def transition(
         )
         return projection
 
-    return Call(work, _replaying_first(run_id, operation_id, TRANSITIONED, work))
+    return Call(
+        work, functools.partial(_replayed_or_done, run_id, operation_id, TRANSITIONED, work)
+    )
 
 
 def transition_many(

@@ -80,6 +80,7 @@ class DirectWrites:
         "_root_hash",
         "_schema",
         "_begins_immediate",
+        "_profile",
         "_watched",
     )
 
@@ -96,7 +97,8 @@ class DirectWrites:
         self._root_hash = root_hash
         self._clock = clock
         self._schema = schema
-        self._begins_immediate = profile_of(engine.dialect).begins_immediate
+        self._profile = profile_of(engine.dialect)
+        self._begins_immediate = self._profile.begins_immediate
         # a kept connection skips the pool's checkout, whose listener watches it for the
         # call's budget (`call_budget`): where that is done, this does it
         self._watched = attempts_bounded(engine)
@@ -138,14 +140,8 @@ class DirectWrites:
         self._lock = threading.Lock()
 
     def _checkout(self) -> tuple[PoolProxiedConnection, Statements]:
-        """A pooled connection and the statements on it (the kept pair, if there is one)."""
-        if self._keeping:
-            with self._lock:
-                kept, self._kept = self._kept, None
-            if kept is not None:
-                if self._watched:
-                    watch_connection(kept[0].dbapi_connection)
-                return kept
+        """A pooled connection and the statements on it (`run` takes the kept pair, if
+        there is one, itself)."""
         with database_errors(WRITE):
             pooled = self._engine.raw_connection()
         dbapi_connection = pooled.dbapi_connection
@@ -174,32 +170,39 @@ class DirectWrites:
         kept[0].close()
 
     def run(self, work: Callable[[RunRepository], T]) -> T:
-        pooled, statements = self._checkout()
+        kept = None
+        if self._keeping:
+            with self._lock:
+                kept, self._kept = self._kept, None
+        if kept is None:
+            kept = self._checkout()
+        elif self._watched:
+            watch_connection(kept[0].dbapi_connection)
+        pooled, statements = kept
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
-            with _WRITE_ERRORS:  # the journal's own calls are coded already
-                if self._begins_immediate:
-                    # take the write lock first: a concurrent writer waits in SQLite's
-                    # busy handler instead of failing the read-then-write halfway
-                    statements.begin_immediate()
-                transaction = JournalTransaction.on_pooled(
-                    self._engine.dialect, dbapi_connection, statements, self._schema, self._known
-                )
-                result = work(
-                    RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
-                )
-                dbapi_connection.commit()
+            if self._begins_immediate:
+                # take the write lock first: a concurrent writer waits in SQLite's
+                # busy handler instead of failing the read-then-write halfway
+                statements.begin_immediate()
+            transaction = JournalTransaction.on_pooled(
+                self._profile, dbapi_connection, statements, self._schema, self._known
+            )
+            result = work(RunRepository(transaction, root_hash=self._root_hash, clock=self._clock))
+            dbapi_connection.commit()
             transaction.wake_followers_if_appended(self._engine)
-        except BaseException:
-            # The failure that got us here stays authoritative.
+        except BaseException as error:
+            # The failure that got us here stays authoritative (the journal's own calls
+            # are coded already; BEGIN's and COMMIT's are coded here).
             try:
                 dbapi_connection.rollback()
             except Exception:
                 pooled.invalidate()  # a connection that cannot roll back is not reused
             pooled.close()
+            _WRITE_ERRORS.raise_coded(error)
             raise
-        self._after_commit((pooled, statements), transaction.heads_left())
+        self._after_commit(kept, transaction.heads_left())
         return result
 
 

@@ -77,6 +77,16 @@ class Failover:
         self._sleep = sleep
         self._interrupts = interrupts
 
+    @property
+    def interrupts(self) -> bool:
+        """Whether an attempt past the deadline is interrupted (see `__init__`)."""
+        return self._interrupts
+
+    @property
+    def monotonic(self) -> Callable[[], float]:
+        """The clock of this policy's deadlines (for `rerun_after`'s `started`)."""
+        return self._monotonic
+
     def run(self, attempt: Callable[[bool, *Ts], T], *args: *Ts) -> T:
         """`attempt(rerun, *args)` until it succeeds (`rerun`: False on the first). The
         whole call, first attempt included, ends within `timeout_s` (+ the last backoff's
@@ -99,6 +109,34 @@ class Failover:
             return attempt(False, *args)
         except CadenceStoreError as error:
             failed = error
+        return self._reruns(failed, deadline, expired, attempt, *args)
+
+    def rerun_after(
+        self,
+        failed: CadenceStoreError,
+        started: float,
+        attempt: Callable[[bool, *Ts], T],
+        *args: *Ts,
+    ) -> T:
+        """`run` after a first attempt that the caller made itself, which began at
+        `started` (this policy's `monotonic`) and failed with `failed`: only on an engine
+        whose attempts are not watched (`interrupts` False), as a fast path that wants no
+        frames of this loop while nothing fails."""
+        assert not self._interrupts
+        if self.timeout_s <= 0:
+            raise failed
+        return self._reruns(failed, started + self.timeout_s, None, attempt, *args)
+
+    def _reruns(
+        self,
+        failed: CadenceStoreError,
+        deadline: float,
+        expired: Callable[[], bool] | None,
+        attempt: Callable[[bool, *Ts], T],
+        *args: *Ts,
+    ) -> T:
+        """The attempts after a first one that failed with `failed` (re-runs while it
+        means a lost connection)."""
         if expired is None:
             monotonic = self._monotonic
             expired = lambda: monotonic() >= deadline  # noqa: E731

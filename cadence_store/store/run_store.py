@@ -73,7 +73,9 @@ def _writes(describe: Callable[P, calls.Call[R]]) -> Callable[Concatenate[RunSto
 
     def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         described = describe(*args, **kwargs)
-        return self.runner.write(described.work, described.rerun)
+        runner = self._runner  # not the property: a frame less on every write
+        assert runner is not None  # set at the end of __init__
+        return runner.write(described.work, described.rerun)
 
     as_method(call, describe, "RunStore")
     return call

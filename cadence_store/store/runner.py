@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
-from ..errors import StoreBusyError, StoreUnavailableError
+from ..errors import CadenceStoreError, StoreBusyError, StoreUnavailableError
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction
 from ..storage.call_budget import attempts_bounded
@@ -99,6 +99,10 @@ class Runner:
             if fits_direct_writes(base_engine)
             else None
         )
+        # the fast path where `write` may make a call's first try itself: no watchdog
+        # bounds its attempts (the failover loop enters the call's budget first)
+        self._unwatched_direct = None if self.failover.interrupts else self._direct
+        self._monotonic = self.failover.monotonic
         _RUNNERS.add(self)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -171,8 +175,35 @@ class Runner:
 
         `host_code`: `work` calls a host's `write(session)`, so it needs a unit of work's
         `Session`; other calls take the fast path when the engine allows it."""
-        self.assert_open()
-        return self.failover.run(self._write_once, work, rerun, host_code)
+        if self._closed:
+            raise StoreUnavailableError("run-store-closed")
+        direct = self._unwatched_direct
+        if direct is None or host_code or not direct.ready():
+            return self.failover.run(self._write_once, work, rerun, host_code)
+        # The common call, with no frame of the retry loops while nothing fails: its
+        # first attempt here, the loops' own steps after a failure (`_after_first_try`).
+        started = self._monotonic()
+        try:
+            return direct.run(work)
+        except CadenceStoreError as error:
+            return self._after_first_try(error, started, work, rerun)
+
+    def _after_first_try(
+        self,
+        error: CadenceStoreError,
+        started: float,
+        work: Callable[[RunRepository], T],
+        rerun: Callable[[RunRepository], T] | None,
+    ) -> T:
+        """What `failover.run(self._write_once, ...)` does once the first try of its
+        first attempt failed with `error`: a lost race goes on in that attempt's loop, a
+        lost connection re-runs the call."""
+        if isinstance(error, StoreBusyError):
+            try:
+                return self._write_once(False, work, rerun, False, error)
+            except CadenceStoreError as later:
+                error = later
+        return self.failover.rerun_after(error, started, self._write_once, work, rerun, False)
 
     def _write_once(
         self,
@@ -180,14 +211,19 @@ class Runner:
         work: Callable[[RunRepository], T],
         rerun: Callable[[RunRepository], T] | None,
         host_code: bool,
+        lost_race: StoreBusyError | None = None,
     ) -> T:
+        """One attempt of a call: its transaction, retried whole while it loses races.
+        `lost_race`: the attempt's first try, made by `write`, lost one."""
         if again:  # after a lost connection and a wait: the store may be closed by now
             self.assert_open()
             if rerun is not None:
                 work = rerun
         direct = None if host_code else self._direct
-        attempt = 0
+        attempt = 0 if lost_race is None else 1
         while True:
+            if lost_race is not None:
+                pause(busy_retry_delay(lost_race, attempt))
             attempt += 1
             try:
                 if direct is not None and direct.ready():
@@ -195,7 +231,7 @@ class Runner:
                 with self.unit_of_work() as uow:
                     return work(uow.runs)
             except StoreBusyError as error:
-                pause(busy_retry_delay(error, attempt))
+                lost_race = error
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -427,17 +428,28 @@ def test_the_plain_encoder_writes_what_the_c_encoder_writes() -> None:
     sends to the exact path), and floats in the range it lets through."""
     points = [*range(0xD800), *range(0xE000, 0x110000, 7), 0x10FFFF]
     texts = ["a" + chr(point) + "b" for point in points]
-    assert [canonical._plain_unsorted(t) for t in texts] == [
-        canonical._fast_unsorted(t) for t in texts
-    ]
+    assert [orjson.dumps(t).decode() for t in texts] == [canonical._fast_unsorted(t) for t in texts]
     keyed = {t: index for index, t in enumerate(reversed(texts))}
-    assert canonical._plain_sorted(keyed) == canonical._fast_sorted(keyed)
+    assert orjson.dumps(keyed, option=canonical._SORTED).decode() == canonical._fast_sorted(keyed)
     floats = [1e-4, 0.00010000000000000002, 0.1, 0.5, 2.5, 123.456, 1e15 + 0.5]
     floats += [9999999999999998.0, 1234567890123456.8, 1 / 3, 2 / 3 * 1e12]
     floats += [10 ** (exponent / 97) * sign for exponent in range(-388, 1552) for sign in (1, -1)]
     plain = [f for f in floats if canonical._is_plain([f], True, 0)]
     assert len(plain) > 3_000
-    assert canonical._plain_unsorted(plain) == canonical._fast_unsorted(plain)
+    assert orjson.dumps(plain).decode() == canonical._fast_unsorted(plain)
+
+
+@_settings
+@given(_json_values)
+def test_one_proof_for_both_texts_of_a_payload(value: Any) -> None:
+    """`canonical_and_stringified` (an append's payload: hashed and stored) answers what
+    the two encoders answer one by one, plain or not."""
+    document = {"payload": value, "\u00e9": [value], "0": value}
+    for each in (document, {"from": "running", "to": "paused", "code": value}):
+        assert canonical.canonical_and_stringified(each) == (
+            canonical_json(each).encode("utf-8"),
+            js_stringify(each),
+        )
 
 
 @_settings

@@ -53,5 +53,15 @@ def test_some_statement_mixes_constants_and_values() -> None:
         and any(p in compiled.constants for p in compiled.positions)
         and any(p not in compiled.constants for p in compiled.positions)
     ]
-    assert "append_statements.INSERT_RECEIPT" in mixed
-    assert "append_statements.INSERT_EVENT" in mixed
+    assert "append_statements.UPSERT_RECEIPT" in mixed
+
+
+@pytest.mark.parametrize(
+    "name", ["ADVANCE_KNOWN", "ADVANCE_UNRECORDED", "INSERT_EVENT", "INSERT_RECEIPT"]
+)
+def test_the_appends_statements_pick_their_arguments_in_c(name: str) -> None:
+    """A transition's three statements on SQLite bind no constants (they are written into
+    the SQL), so their arguments are picked by `operator.itemgetter`, without a frame."""
+    compiled = compile_statement(getattr(append_statements, name), sqlite.dialect())
+    assert compiled.constants == {}
+    assert type(compiled.arguments).__name__ == "itemgetter"
