@@ -75,6 +75,7 @@ class DirectWrites:
         "_kept",
         "_keeping",
         "_ready_as_of",
+        "_info_key",
         "_known",
         "_lock",
         "_root_hash",
@@ -103,11 +104,13 @@ class DirectWrites:
         # call's budget (`call_budget`): where that is done, this does it
         self._watched = attempts_bounded(engine)
         self._keeping = keep_one
-        self._kept: tuple[PoolProxiedConnection, Statements] | None = None
+        self._kept: _Checkout | None = None
         self._lock = threading.Lock()
         # the heads this store's commits left runs at, newest last (`remember`)
         self._known: dict[str, RunHead] = {}
         self._ready_as_of = -1  # `FORGETS.count` when the pool was last seen ready
+        # where a connection keeps its statements for a store of this schema (`_checkout`)
+        self._info_key = ("cadence_store.direct_writes", schema)
 
     def ready(self) -> bool:
         """The store was checked (head revision, shape) on this pool, and still counts."""
@@ -126,7 +129,7 @@ class DirectWrites:
             kept, self._kept = self._kept, None
         if kept is None:
             return
-        pooled, _ = kept
+        pooled = kept[0]
         if discard:
             pooled.invalidate()
         pooled.close()
@@ -139,18 +142,33 @@ class DirectWrites:
             _ABANDONED.append(kept)
         self._lock = threading.Lock()
 
-    def _checkout(self) -> tuple[PoolProxiedConnection, Statements]:
-        """A pooled connection and the statements on it (`run` takes the kept pair, if
-        there is one, itself)."""
-        with database_errors(WRITE):
+    def _checkout(self) -> _Checkout:
+        """A pooled connection, the statements on it and what commits its transaction
+        (`run` takes the kept one, if there is one, itself). A connection's statements
+        are made once in its life and kept in its `info`, which the pool clears when it
+        replaces the connection: a host's pool lends its connections afresh for every
+        call, and making them cost a tenth of a call's own work."""
+        try:
             pooled = self._engine.raw_connection()
-        dbapi_connection = pooled.dbapi_connection
-        assert dbapi_connection is not None  # a connection just checked out
-        return pooled, Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
+        except BaseException as error:
+            _WRITE_ERRORS.raise_coded(error)
+            raise
+        info = pooled.info
+        made = info.get(self._info_key)
+        if made is None:
+            dbapi_connection = pooled.dbapi_connection
+            assert dbapi_connection is not None  # a connection just checked out
+            statements = Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
+            # a transaction begun by statement (SQLite's BEGIN IMMEDIATE) ends by one
+            commit = (
+                statements.commit_by_statement()
+                if self._begins_immediate
+                else dbapi_connection.commit
+            )
+            made = info[self._info_key] = (statements, commit)
+        return pooled, *made
 
-    def _after_commit(
-        self, kept: tuple[PoolProxiedConnection, Statements], heads: list[RunHead]
-    ) -> None:
+    def _after_commit(self, kept: _Checkout, heads: list[RunHead]) -> None:
         """Keep the heads the commit left runs at, for the next write to start from
         (`JournalTransaction.known_head`), and the connection if none is kept (else it
         goes back to the pool). A head that is stale by then (another writer, a commit
@@ -178,7 +196,7 @@ class DirectWrites:
             kept = self._checkout()
         elif self._watched:
             watch_connection(kept[0].dbapi_connection)
-        pooled, statements = kept
+        pooled, statements, commit = kept
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
@@ -190,7 +208,7 @@ class DirectWrites:
                 self._profile, dbapi_connection, statements, self._schema, self._known
             )
             result = work(RunRepository(transaction, root_hash=self._root_hash, clock=self._clock))
-            dbapi_connection.commit()
+            commit()
             transaction.wake_followers_if_appended(self._engine)
         except BaseException as error:
             # The failure that got us here stays authoritative (the journal's own calls
@@ -204,6 +222,10 @@ class DirectWrites:
             raise
         self._after_commit(kept, transaction.heads_left())
         return result
+
+
+# a pooled connection, the statements on it, and what commits its transaction
+_Checkout = tuple[PoolProxiedConnection, Statements, Callable[[], object]]
 
 
 def lends_freely(pool: Pool, engine_options: Mapping[str, Any]) -> bool:
