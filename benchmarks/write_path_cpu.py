@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def repository(run_id: str, operation_id: str) -> None:
         statements = Statements.on_dbapi(store.engine.dialect, raw)
-        statements.begin_immediate()
+        begin, _ = statements.immediate_transaction()
+        begin()
         transaction = JournalTransaction.on_pooled(
             profile_of(store.engine.dialect), raw, statements, None
         )

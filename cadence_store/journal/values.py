@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
@@ -32,21 +33,31 @@ def _construct(
     """`model.model_construct(**values)` for values that name every field: the same
     instance state (`__dict__`, fields set, no extras, private defaults; a
     `RunProjection`'s `document`), without its generic per-field work."""
-    instance = model.__new__(model)
-    set_attribute = _set_attribute
-    set_attribute(instance, "__dict__", values)
-    set_attribute(instance, "__pydantic_fields_set__", set(values))
-    set_attribute(instance, "__pydantic_extra__", None)
-    set_attribute(
-        instance,
-        "__pydantic_private__",
-        {"_document": document} if model is RunProjection else None,
-    )
+    instance = _new_object(model)
+    _set_dict(instance, values)
+    _set_fields_set(instance, set(values))
+    _set_extra(instance, None)
+    _set_private(instance, {"_document": document} if model is RunProjection else None)
     return instance
 
 
-# pydantic's `BaseModel.__setattr__` validates: `_construct` sets the state past it
-_set_attribute = object.__setattr__
+def _slot_setter(name: str) -> Callable[[object, object], None]:
+    """The setter of one of `BaseModel`'s own slots, past pydantic's validating
+    `__setattr__`: its descriptor's, which skips the attribute lookup through the model's
+    classes (every append builds a projection, on cold caches), else `object.__setattr__`
+    by name where pydantic lays its state out otherwise."""
+    descriptor = BaseModel.__dict__.get(name)
+    setter = getattr(descriptor, "__set__", None)
+    if setter is not None:
+        return cast(Callable[[object, object], None], setter)
+    return lambda instance, value: object.__setattr__(instance, name, value)
+
+
+_new_object = object.__new__
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
 
 
 def _json_ready(value: Any) -> Any:

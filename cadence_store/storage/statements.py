@@ -234,15 +234,13 @@ class Statements:
     def dialect_name(self) -> str:
         return str(self._dialect.name)
 
-    def begin_immediate(self) -> None:
-        """SQLite: begin a transaction holding the write lock (see `engine.begin_immediate`)."""
-        self._cursor.execute("BEGIN IMMEDIATE")
-
-    def commit_by_statement(self) -> Callable[[], object]:
-        """SQLite: what ends a transaction `begin_immediate` began, as a statement too: the
-        cursor's cached COMMIT (the driver's `commit()` prepares it anew every time, a
-        few microseconds on cold caches). A partial, called without a Python frame."""
-        return functools.partial(self._cursor.execute, "COMMIT")
+    def immediate_transaction(self) -> tuple[Callable[[], object], Callable[[], object]]:
+        """SQLite: what begins a transaction holding the write lock (see
+        `engine.begin_immediate`) and what ends it, both statements on this cursor (its
+        cached COMMIT: the driver's `commit()` prepares one anew every time, a few
+        microseconds on cold caches). Partials, called without a Python frame."""
+        execute = self._cursor.execute
+        return functools.partial(execute, "BEGIN IMMEDIATE"), functools.partial(execute, "COMMIT")
 
     def _compiled_of(self, statement: Statement) -> CompiledStatement:
         return self._compiled.get(statement) or _compiled(

@@ -143,8 +143,8 @@ class DirectWrites:
         self._lock = threading.Lock()
 
     def _checkout(self) -> _Checkout:
-        """A pooled connection, the statements on it and what commits its transaction
-        (`run` takes the kept one, if there is one, itself). A connection's statements
+        """A pooled connection, the statements on it and what begins and commits its
+        transaction (`run` takes the kept one, if there is one, itself). A connection's statements
         are made once in its life and kept in its `info`, which the pool clears when it
         replaces the connection: a host's pool lends its connections afresh for every
         call, and making them cost a tenth of a call's own work."""
@@ -159,13 +159,14 @@ class DirectWrites:
             dbapi_connection = pooled.dbapi_connection
             assert dbapi_connection is not None  # a connection just checked out
             statements = Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
-            # a transaction begun by statement (SQLite's BEGIN IMMEDIATE) ends by one
-            commit = (
-                statements.commit_by_statement()
-                if self._begins_immediate
-                else dbapi_connection.commit
-            )
-            made = info[self._info_key] = (statements, commit)
+            begin: Callable[[], object] | None = None
+            commit: Callable[[], object] = dbapi_connection.commit
+            if self._begins_immediate:
+                # take the write lock first: a concurrent writer waits in SQLite's busy
+                # handler instead of failing the read-then-write halfway; a transaction
+                # begun by statement ends by one
+                begin, commit = statements.immediate_transaction()
+            made = info[self._info_key] = (statements, begin, commit)
         return pooled, *made
 
     def _after_commit(self, kept: _Checkout, heads: list[RunHead]) -> None:
@@ -196,14 +197,12 @@ class DirectWrites:
             kept = self._checkout()
         elif self._watched:
             watch_connection(kept[0].dbapi_connection)
-        pooled, statements, commit = kept
+        pooled, statements, begin, commit = kept
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
-            if self._begins_immediate:
-                # take the write lock first: a concurrent writer waits in SQLite's
-                # busy handler instead of failing the read-then-write halfway
-                statements.begin_immediate()
+            if begin is not None:
+                begin()
             transaction = JournalTransaction.on_pooled(
                 self._profile, dbapi_connection, statements, self._schema, self._known
             )
@@ -224,8 +223,11 @@ class DirectWrites:
         return result
 
 
-# a pooled connection, the statements on it, and what commits its transaction
-_Checkout = tuple[PoolProxiedConnection, Statements, Callable[[], object]]
+# a pooled connection, the statements on it, what begins its transaction (None: the
+# driver does, with its first statement) and what commits it
+_Checkout = tuple[
+    PoolProxiedConnection, Statements, Callable[[], object] | None, Callable[[], object]
+]
 
 
 def lends_freely(pool: Pool, engine_options: Mapping[str, Any]) -> bool:
