@@ -144,10 +144,10 @@ class DirectWrites:
 
     def _checkout(self) -> _Checkout:
         """A pooled connection, the statements on it and what begins and commits its
-        transaction (`run` takes the kept one, if there is one, itself). A connection's statements
-        are made once in its life and kept in its `info`, which the pool clears when it
-        replaces the connection: a host's pool lends its connections afresh for every
-        call, and making them cost a tenth of a call's own work."""
+        transaction (`run` takes the kept one, if there is one, itself). A connection's
+        statements are made once in its life and kept in its `info`, which the pool
+        clears when it replaces the connection: a host's pool lends its connections
+        afresh for every call, and making them cost a tenth of a call's own work."""
         try:
             pooled = self._engine.raw_connection()
         except BaseException as error:

@@ -220,10 +220,12 @@ class Runner:
             if rerun is not None:
                 work = rerun
         direct = None if host_code else self._direct
-        attempt = 0 if lost_race is None else 1
+        attempt = 0
+        if lost_race is not None:
+            attempt = 1
+            pause(busy_retry_delay(lost_race, attempt))
+            del lost_race  # not held by this frame while the loop goes on
         while True:
-            if lost_race is not None:
-                pause(busy_retry_delay(lost_race, attempt))
             attempt += 1
             try:
                 if direct is not None and direct.ready():
@@ -231,7 +233,7 @@ class Runner:
                 with self.unit_of_work() as uow:
                     return work(uow.runs)
             except StoreBusyError as error:
-                lost_race = error
+                pause(busy_retry_delay(error, attempt))
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -114,6 +114,41 @@ def test_a_cut_connection_is_re_run_and_logged_once_with_the_password_masked(
     assert count(db, "SELECT count(*) FROM events WHERE run_id = :r", r=run.run_id) == 2
 
 
+@pytest.mark.parametrize("failover_timeout_s", [30.0, 0.3])
+def test_a_host_engines_first_try_hands_a_lost_connection_to_the_re_runs(
+    proxied_url: str,
+    proxy: FaultProxy,
+    db: Engine,
+    warnings: Callable[[], list[str]],
+    failover_timeout_s: float,
+) -> None:
+    """On a host's engine the first try runs without the failover loop (`Runner.write`);
+    a lost connection is re-run from there, within the budget counted from the call's
+    start, as on the store's own engine."""
+    host = create_engine(proxied_url)
+    try:
+        with RunStore(host, root_hash=ROOT_HASH, failover_timeout_s=failover_timeout_s) as store:
+            run = store.start_run("abel-implement", change="c1", operation_id="start-1")
+            proxy.cut()  # the host's pooled connection is now dead
+            if failover_timeout_s > 1:
+                assert store.transition(run.run_id, "paused", operation_id="pause-1").sequence == 2
+                assert_one_masked_retry(warnings())
+            else:
+                proxy.refuse(True)
+                with pytest.raises(StoreUnavailableError) as caught:
+                    store.transition(run.run_id, "paused", operation_id="pause-1")
+                assert caught.value.code == "run-store-unavailable"
+                # re-run until the budget ran out, not the first try's own error
+                assert "no primary answered within 0.3 s" in str(caught.value)
+                assert count(db, "SELECT count(*) FROM events WHERE run_id = :r", r=run.run_id) == 1
+                proxy.refuse(False)
+                assert store.transition(run.run_id, "paused", operation_id="pause-1").sequence == 2
+            assert store.transition(run.run_id, "paused", operation_id="pause-1").sequence == 2
+            assert count(db, "SELECT count(*) FROM events WHERE run_id = :r", r=run.run_id) == 2
+    finally:
+        host.dispose()
+
+
 def test_no_primary_until_the_timeout_then_unavailable_and_nothing_written(
     proxied_url: str, proxy: FaultProxy, db: Engine, warnings: Callable[[], list[str]]
 ) -> None:
