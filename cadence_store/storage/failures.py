@@ -274,7 +274,7 @@ _HOST_GUARD: Final = _DatabaseErrors(translate_host_error)
 
 def database_errors(access: Access) -> _DatabaseErrors:
     """Raise database failures inside the block as coded `CadenceStoreError`s (as a
-    context manager), or say what to raise for a caught one (`coded`)."""
+    context manager), or a caught one's coded error (`raise_coded`, in an `except`)."""
     return _GUARDS[access]
 
 
