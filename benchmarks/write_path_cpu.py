@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def repository(run_id: str, operation_id: str) -> None:
         statements = Statements.on_dbapi(store.engine.dialect, raw)
-        begin, _ = statements.immediate_transaction()
+        begin, commit = statements.immediate_transaction()  # as the store's direct path
         begin()
         transaction = JournalTransaction.on_pooled(
             profile_of(store.engine.dialect), raw, statements, None
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         RunRepository(transaction, root_hash=store.root_hash).transition(
             run_id, "paused", operation_id=operation_id, code="x"
         )
-        raw.commit()  # type: ignore[union-attr]
+        commit()
 
     runner = store.runner
     variants = {

@@ -80,7 +80,6 @@ class DirectWrites:
         "_lock",
         "_root_hash",
         "_schema",
-        "_begins_immediate",
         "_profile",
         "_watched",
     )
@@ -99,7 +98,6 @@ class DirectWrites:
         self._clock = clock
         self._schema = schema
         self._profile = profile_of(engine.dialect)
-        self._begins_immediate = self._profile.begins_immediate
         # a kept connection skips the pool's checkout, whose listener watches it for the
         # call's budget (`call_budget`): where that is done, this does it
         self._watched = attempts_bounded(engine)
@@ -161,7 +159,7 @@ class DirectWrites:
             statements = Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
             begin: Callable[[], object] | None = None
             commit: Callable[[], object] = dbapi_connection.commit
-            if self._begins_immediate:
+            if self._profile.begins_immediate:
                 # take the write lock first: a concurrent writer waits in SQLite's busy
                 # handler instead of failing the read-then-write halfway; a transaction
                 # begun by statement ends by one
