@@ -459,6 +459,35 @@ def side_by_side_rows(gap: dict[str, Any], limit: float) -> list[tuple[str, ...]
                 "",
             )
         )
+    if "floor_contract" in medians:
+        # the bound: the contract's own work by hand, without the library's layers
+        rows.append(
+            (
+                f"durable transition ({mode}), floor_contract/floor ms "
+                f"({medians['floor_contract']}/{medians['floor']}): the contract's own work",
+                f"{ratios['floor_contract/floor']}x",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                f"durable transition ({mode}), store_url/floor_contract: the layers' cost",
+                f"{ratios['store_url/floor_contract']}x",
+                "",
+                "",
+            )
+        )
+        if gap["eventsourcing"]:
+            rows.append(
+                (
+                    f"durable transition ({mode}), floor_contract/eventsourcing: the bound "
+                    "of any layering of the contract",
+                    f"{ratios['floor_contract/eventsourcing']}x",
+                    "",
+                    "",
+                )
+            )
     rows.append(
         (
             f"durable transition ({mode}), floor_engine/floor (a plain pool's checkout)",

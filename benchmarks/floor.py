@@ -27,15 +27,27 @@ import sqlite3
 import time
 from typing import Any
 
+from cadence_store.journal import RunProjection, apply_event, hash_event, js_stringify
+from cadence_store.journal.canonical import canonical_and_stringified
+from cadence_store.journal.documents import built_projection
+from cadence_store.journal.events import hash_canonical_event
+from cadence_store.journal.validation import require_transition_input
+from cadence_store.journal.vocabulary import STATE_TRANSITIONED as TRANSITIONED
+
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _event(run_id: str, projection: dict[str, Any], to: str, code: str) -> tuple[Any, ...]:
-    sequence = projection["sequence"] + 1
-    payload = {"from": projection["state"], "to": to, "code": code}
-    prior = projection["eventHash"]
+def _event(
+    run_id: str, operation_id: str, document: dict[str, Any], to: str, code: str
+) -> tuple[Any, ...]:
+    """The event after the projection `document` and the texts the floor stores:
+    (sequence, payload's JSON, prior hash, event hash, next projection, its JSON)."""
+    del operation_id  # the floor checks no input
+    sequence = document["sequence"] + 1
+    payload = {"from": document["state"], "to": to, "code": code}
+    prior = document["eventHash"]
     digest = hashlib.sha256(
         _canonical(
             {
@@ -46,9 +58,30 @@ def _event(run_id: str, projection: dict[str, Any], to: str, code: str) -> tuple
             }
         ).encode()
     ).hexdigest()
-    projection = {k: v for k, v in projection.items() if k not in ("pauseCode", "terminal")}
+    projection = {k: v for k, v in document.items() if k not in ("pauseCode", "terminal")}
     projection.update(state=to, sequence=sequence, eventHash=digest, pauseCode=code)
-    return sequence, payload, prior, digest, projection
+    payload_json = json.dumps(payload, separators=(",", ":"))
+    outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
+    return sequence, payload_json, prior, digest, projection, outcome
+
+
+def _contract_event(
+    run_id: str, operation_id: str, document: dict[str, Any], to: str, code: str
+) -> tuple[Any, ...]:
+    """`_event` done by the journal's own rules (`cadence_store.journal`, which
+    imports no SQLAlchemy): the input's rules, the payload's canonical JSON and its
+    text, the hash, the projection folded by the state table and its JavaScript-exact
+    JSON."""
+    require_transition_input(run_id, operation_id, code, None)
+    sequence = document["sequence"] + 1
+    prior = document["eventHash"]
+    payload = {"from": document["state"], "to": to, "code": code}
+    canonical, payload_json = canonical_and_stringified(payload)
+    digest = hash_canonical_event(sequence, TRANSITIONED, canonical, prior) or hash_event(
+        sequence, TRANSITIONED, payload, prior
+    )
+    projection = apply_event(document, sequence, TRANSITIONED, payload, digest)
+    return sequence, payload_json, prior, digest, projection, js_stringify(projection)
 
 
 _HEAD_SQL = (
@@ -99,6 +132,8 @@ class SqliteFloor:
     the head's SELECT next time, the UPDATE's compare-and-set also naming the stored
     projection (a head that moved is read again)."""
 
+    next_event = staticmethod(_event)
+
     def __init__(self, path: str, *, remember_heads: bool = False) -> None:
         self.db = _connect_sqlite(path)
         self._heads: dict[str, tuple[str, int, str, dict[str, Any]]] | None = (
@@ -134,8 +169,9 @@ class SqliteFloor:
         read: bool = False,
     ) -> bool:
         projection_json, head_sequence, head_hash, document = head
-        sequence, payload, prior, digest, projection = _event(run_id, document, to, code)
-        outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
+        sequence, payload_json, prior, digest, projection, outcome = self.next_event(
+            run_id, operation_id, document, to, code
+        )
         now = time.time_ns() // 1_000_000
         arguments = (to, sequence, digest, outcome, now, now, run_id, head_sequence, head_hash)
         if read:
@@ -146,11 +182,7 @@ class SqliteFloor:
             )
         if advanced.rowcount != 1:
             return False
-        self.db.execute(
-            _EVENT_SQL,
-            (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior)
-            + (digest, run_id),
-        )
+        self.db.execute(_EVENT_SQL, (run_id, sequence, payload_json, prior, digest, run_id))
         self.db.execute(_RECEIPT_SQL, (run_id, operation_id, outcome, sequence))
         if self._heads is not None:
             self._heads[run_id] = (outcome, sequence, digest, projection)
@@ -158,6 +190,36 @@ class SqliteFloor:
 
     def close(self) -> None:
         self.db.close()
+
+
+class SqliteContractFloor(SqliteFloor):
+    """`SqliteFloor` (heads remembered) with the contract's own work done as the store
+    does it, by the journal's pure functions (`_contract_event`), and the `RunProjection`
+    a transition returns built: none of the library's layers (the call's runner and
+    retries, the transaction, the repository, error codes, telemetry). No layering of
+    the contract goes below it: the store's distance to it is what its layers cost."""
+
+    next_event = staticmethod(_contract_event)
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, remember_heads=True)
+        self.returned: RunProjection | None = None
+
+    def _advance(
+        self,
+        run_id: str,
+        operation_id: str,
+        to: str,
+        code: str,
+        head: tuple[str, int, str, dict[str, Any]],
+        *,
+        read: bool = False,
+    ) -> bool:
+        if not super()._advance(run_id, operation_id, to, code, head, read=read):
+            return False
+        assert self._heads is not None
+        self.returned = built_projection(self._heads[run_id][3])
+        return True
 
 
 class SqlitePooledFloor(SqliteFloor):
@@ -207,14 +269,13 @@ class SqliteReceiptFirstFloor:
                 (projection_json,) = db.execute(
                     "SELECT projection_json FROM runs WHERE run_id = ?", (run_id,)
                 ).fetchone()
-                sequence, payload, prior, digest, projection = _event(
-                    run_id, json.loads(projection_json), to, code
+                sequence, payload_json, prior, digest, _, outcome = _event(
+                    run_id, operation_id, json.loads(projection_json), to, code
                 )
-                outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
                 db.execute(
                     "INSERT INTO events (run_id, sequence, type, payload_json, prior_hash, event_hash)"
                     " VALUES (?, ?, 'state-transitioned', ?, ?, ?)",
-                    (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior, digest),
+                    (run_id, sequence, payload_json, prior, digest),
                 )
                 db.execute(
                     "UPDATE runs SET state = ?, sequence = ?, event_hash = ?, projection_json = ?"
@@ -255,14 +316,13 @@ class PostgresFloor:
                     "SELECT projection_json FROM runs WHERE run_id = %s FOR UPDATE", (run_id,)
                 )
                 (projection_json,) = cur.fetchone()  # type: ignore[misc]
-                sequence, payload, prior, digest, projection = _event(
-                    run_id, json.loads(projection_json), to, code
+                sequence, payload_json, prior, digest, _, outcome = _event(
+                    run_id, operation_id, json.loads(projection_json), to, code
                 )
-                outcome = json.dumps(projection, separators=(",", ":"), ensure_ascii=False)
                 cur.execute(
                     "INSERT INTO events (run_id, sequence, type, payload_json, prior_hash, event_hash)"
                     " VALUES (%s, %s, 'state-transitioned', %s, %s, %s)",
-                    (run_id, sequence, json.dumps(payload, separators=(",", ":")), prior, digest),
+                    (run_id, sequence, payload_json, prior, digest),
                 )
                 cur.execute(
                     "UPDATE runs SET state = %s, sequence = %s, event_hash = %s, projection_json = %s"

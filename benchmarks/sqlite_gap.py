@@ -13,6 +13,10 @@ time, and blocks of calls would each land on one mode), medians:
   statements before it remembered heads);
 - `floor_receipt_first`: the floor of the earlier rounds (reads the receipt, then the
   run; no times);
+- `floor_contract`: `floor` doing the contract's own work by the journal's pure
+  functions, as the store does it (input rules, JavaScript-exact JSON, the hash, the
+  projection's fold, the returned `RunProjection`), with none of the library's layers
+  (`floor.SqliteContractFloor`): the bound no layering of the contract goes below;
 - `eventsourcing`: eventsourcing's `SQLiteApplicationRecorder` inserting an event of the
   same size (one INSERT); only with `pip install eventsourcing` (the `bench` extra),
   else the column is skipped and the report says so;
@@ -66,7 +70,12 @@ from .common import (
     paused_run,
     settle,
 )
-from .floor import SqliteFloor, SqlitePooledFloor, SqliteReceiptFirstFloor
+from .floor import (
+    SqliteContractFloor,
+    SqliteFloor,
+    SqlitePooledFloor,
+    SqliteReceiptFirstFloor,
+)
 from .no_otel import ABSENT, ENVIRONMENT, opentelemetry_importable, rerun_as_installed
 
 STORES: Final = ("store_url", "store_open", "store_engine")
@@ -78,6 +87,7 @@ FLOORS: Final[dict[str, Callable[[str], Any]]] = {
     "floor_engine": SqlitePooledFloor,
     "floor_read_head": SqliteFloor,
     "floor_receipt_first": SqliteReceiptFirstFloor,
+    "floor_contract": SqliteContractFloor,
 }
 # the floor each way of opening the store is held to: the same work, pool included
 FLOOR_OF: Final = {"store_url": "floor", "store_open": "floor", "store_engine": "floor_engine"}
@@ -405,10 +415,15 @@ def bench_sqlite_gap(workdir: Path, rounds: int, *, processes: bool = False) -> 
             ratios["store_engine/floor_engine"] = round(medians[name] / medians["floor_engine"], 3)
         if recorder:
             ratios[f"{name}/eventsourcing"] = round(medians[name] / medians["eventsourcing"], 3)
-    for name in ("floor_engine", "floor_read_head", "floor_receipt_first"):
+    for name in ("floor_engine", "floor_read_head", "floor_receipt_first", "floor_contract"):
         ratios[f"{name}/floor"] = round(medians[name] / medians["floor"], 3)
+    # what the store's layers cost: the contract's own work done by hand is the bound
+    ratios["store_url/floor_contract"] = round(medians["store_url"] / medians["floor_contract"], 3)
     if recorder:
         ratios["eventsourcing/floor"] = round(medians["eventsourcing"] / medians["floor"], 3)
+        ratios["floor_contract/eventsourcing"] = round(
+            medians["floor_contract"] / medians["eventsourcing"], 3
+        )
     return {
         "mode": "one process per system" if processes else "one process",
         # whether the stores could record telemetry (`--processes`: only `store_url_otel`)

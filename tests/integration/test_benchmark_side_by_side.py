@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.common import open_store, paused_run
+from benchmarks.floor import _contract_event
 from benchmarks.no_otel import ABSENT, ENVIRONMENT
 from benchmarks.sqlite_gap import FLOOR_OF, FLOORS, STORES, bench_sqlite_gap
 from cadence_store import telemetry
@@ -54,3 +56,31 @@ def test_the_benchmarks_measure_the_library_as_installed_without_the_otel_extra(
     assert _otel_seen_by_the_library(hidden) == "False"
     installed = importlib.util.find_spec("opentelemetry.trace") is not None
     assert _otel_seen_by_the_library(shown) == str(installed)
+
+
+def test_the_contract_floor_computes_what_the_store_writes(tmp_path: Path) -> None:
+    """`floor_contract` is the store's own work by hand: from the same head, the event and
+    projection it computes are the bytes the store writes."""
+    store = open_store(f"sqlite:///{tmp_path / 'contract.sqlite3'}")
+    try:
+        run_id = paused_run(store, "contract")
+        before = store.status(run_id)
+        assert before is not None
+        store.transition(run_id, "paused", operation_id="op-contract", code="bench")
+        with store.engine.connect() as connection:
+            payload_json, event_hash = connection.exec_driver_sql(
+                "SELECT payload_json, event_hash FROM events WHERE run_id = ? "
+                "ORDER BY sequence DESC LIMIT 1",
+                (run_id,),
+            ).one()
+            (projection_json,) = connection.exec_driver_sql(
+                "SELECT projection_json FROM runs WHERE run_id = ?", (run_id,)
+            ).one()
+    finally:
+        store.close()
+    sequence, floor_payload, prior, digest, _, outcome = _contract_event(
+        run_id, "op-contract", before.document(), "paused", "bench"
+    )
+    assert sequence == before.sequence + 1
+    assert prior == before.event_hash
+    assert (floor_payload, digest, outcome) == (payload_json, event_hash, projection_json)
