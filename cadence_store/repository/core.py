@@ -69,6 +69,9 @@ START: Final = KIND_START
 TRANSITIONED: Final = STATE_TRANSITIONED
 LEASE: Final = KIND_LEASE
 EVENT_BATCH: Final = 1000
+# what an append writes once its guarded head UPDATE wrote the run's row
+_EVENT: Final = (INSERT_EVENT,)
+_EVENT_AND_RECEIPT: Final = (INSERT_EVENT, INSERT_RECEIPT)
 
 
 def system_clock() -> int:
@@ -365,13 +368,12 @@ class RepositoryCore:
         event = self._next_event(head, type_, payload)
         params = event.parameters()
         params["now"] = self._append_now(sql.profile)
-        if sql.write_from(ADVANCE_RUN, params) != 1:
+        if not sql.write_guarded(ADVANCE_RUN, _EVENT, params):
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
-        sql.write_from(INSERT_EVENT, params)
         note_appended()
         self.transaction.note_append(sql.profile)
         self.transaction.keep_head(event.next_head())
@@ -396,10 +398,7 @@ class RepositoryCore:
             appended = found is not None and found.advanced == 1
         else:
             advance = ADVANCE_KNOWN if known else ADVANCE_UNRECORDED
-            appended = sql.write_from(advance, params) == 1
-            if appended:
-                sql.write_from(INSERT_EVENT, params)
-                sql.write_from(INSERT_RECEIPT, params)
+            appended = sql.write_guarded(advance, _EVENT_AND_RECEIPT, params)
         if appended:
             note_appended()
             self.transaction.note_append(sql.profile)

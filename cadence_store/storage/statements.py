@@ -288,6 +288,28 @@ class Statements:
             self.writes += count
         return count
 
+    def write_guarded(
+        self, guard: Write, then: tuple[Write, ...], params: Mapping[str, Any]
+    ) -> bool:
+        """`guard`, and each of `then` only if it wrote exactly one row (an append's
+        compare-and-set on the run's head, then its event and receipt): whether it did.
+        One frame for all of them (see `write_from`)."""
+        compiled = self._compiled
+        cursor = self._cursor
+        statement = compiled.get(guard) or _compiled(self._dialect, guard, self._schema_map)
+        cursor.execute(statement.text, statement.arguments(params))
+        if cursor.rowcount != 1:
+            return False
+        # counted as each one is written: a failure halfway left rows (`journal_write`)
+        self.writes += 1
+        for write in then:
+            statement = compiled.get(write) or _compiled(self._dialect, write, self._schema_map)
+            cursor.execute(statement.text, statement.arguments(params))
+            count: int = cursor.rowcount
+            if count > 0:
+                self.writes += count
+        return True
+
     def write_rows(self, write: RowsWrite, rows: Sequence[Mapping[str, Any]]) -> int:
         """`write` of every mapping in `rows`, sent at once: on PostgreSQL one statement
         over their JSON (one round trip, planned once), elsewhere `executemany` (sqlite3

@@ -281,8 +281,19 @@ def _fail_event_inserts(db, fail: bool) -> None:
             )
 
 
+_HALF_WRITTEN_CALLS = {
+    # the head's guarded UPDATE, then the event: the event refused
+    "bind_delivery": lambda runs, run_id: runs.bind_delivery(
+        run_id, "gate-a", 1, "a" * 64, operation_id="b1"
+    ),
+    # the guarded UPDATE, the event and the receipt (one statement on PostgreSQL)
+    "transition": lambda runs, run_id: runs.transition(run_id, "running", operation_id="b1"),
+}
+
+
 @pytest.mark.run_store_only
-def test_a_unit_of_work_never_commits_half_of_a_failed_journal_call(store, db, snapshot):
+@pytest.mark.parametrize("call", sorted(_HALF_WRITTEN_CALLS))
+def test_a_unit_of_work_never_commits_half_of_a_failed_journal_call(store, db, snapshot, call):
     run = store.start_run("abel-implement", change="half-call", operation_id="s1")
     store.transition(run.run_id, "paused", operation_id="t1")
     before = snapshot()
@@ -290,7 +301,7 @@ def test_a_unit_of_work_never_commits_half_of_a_failed_journal_call(store, db, s
     try:
         with pytest.raises(TransactionAbortedError) as refused, store.unit_of_work() as uow:
             with pytest.raises(StoreUnavailableError) as failed:
-                uow.runs.bind_delivery(run.run_id, "gate-a", 1, "a" * 64, operation_id="b1")
+                _HALF_WRITTEN_CALLS[call](uow.runs, run.run_id)
             assert failed.value.code == "run-store-write-failed"
             # the host goes on as if the call had simply failed
     finally:
