@@ -14,7 +14,13 @@ from hashlib import sha256
 from typing import Any
 
 from ..errors import InvalidTransitionError, JournalIntegrityError
-from .canonical import JsonValueError, canonical_json, compare_canonical_strings
+from .canonical import (
+    JsonValueError,
+    canonical_and_stringified,
+    canonical_json,
+    compare_canonical_strings,
+    js_stringify,
+)
 from .events import (
     EVENT_TYPE_JSON,
     MAX_SAFE,
@@ -186,6 +192,36 @@ def apply_event(
     projection, as it did in cadence 1.x.
     """
     return _fold(projection, sequence, type_, payload, hash_, owned=False)
+
+
+def event_after(
+    projection: Document,
+    run_id: str,
+    sequence: int,
+    type_: str,
+    payload: dict[str, Any],
+    prior_hash: str,
+) -> tuple[str, str, Document, str]:
+    """The event `sequence` of type `type_` after the run `run_id`'s head (its event
+    `sequence - 1`, hash `prior_hash`, whose stored projection is `projection`), as an
+    append writes it: `(payload's JSON, event hash, projection after it, that
+    projection's JSON)`. The payload is proved plain once for its canonical JSON
+    (hashed) and its text (stored).
+
+    Raises `JournalIntegrityError` when `projection` is not that head's, and like
+    `apply_event` for an event the projection does not allow (`InvalidTransitionError`,
+    `JournalIntegrityError`)."""
+    if projection.get("sequence") != sequence - 1 or projection.get("eventHash") != prior_hash:
+        raise JournalIntegrityError(
+            "run-projection-integrity-mismatch", run_id=run_id, sequence=sequence - 1
+        )
+    canonical_payload, payload_json = canonical_and_stringified(payload)
+    event_hash = hash_canonical_event(sequence, type_, canonical_payload, prior_hash) or hash_event(
+        sequence, type_, payload, prior_hash
+    )
+    document = _fold(projection, sequence, type_, payload, event_hash, owned=False)
+    assert document is not None  # the library appends only the types it folds
+    return payload_json, event_hash, document, js_stringify(document)
 
 
 def _fold(
@@ -420,6 +456,7 @@ def reduce_events(events: Iterable[RunEvent | Mapping[str, Any]]) -> RunProjecti
 __all__ = [
     "ChainVerifier",
     "apply_event",
+    "event_after",
     "compare_canonical_strings",
     "reduce_documents",
     "reduce_events",

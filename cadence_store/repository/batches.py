@@ -146,7 +146,9 @@ class TransitionBatches(RepositoryCore):
             raise RunNotFoundError("run-not-found")
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
-        event = self._next_event(head, TRANSITIONED, transition_payload(head, to, request.code))
+        event = self._next_event(
+            head, TRANSITIONED, transition_payload(head.document(), to, request.code)
+        )
         plan = plans.get(run_id)
         if plan is None:
             plan = plans[run_id] = _RunPlan(head, event)

@@ -18,14 +18,14 @@ from sqlalchemy.orm import Session
 from ..errors import (
     CadenceStoreError,
     InvalidInputError,
+    InvalidTransitionError,
     JournalIntegrityError,
     OperationConflictError,
     RunNotFoundError,
 )
-from ..journal import RunProjection, apply_event, hash_event, js_stringify
-from ..journal.canonical import canonical_and_stringified
+from ..journal import RunProjection
 from ..journal.documents import Document, stored_projection
-from ..journal.events import hash_canonical_event
+from ..journal.projection import event_after
 from ..journal.validation import is_safe_integer, require_clock, require_root_hash
 from ..journal.vocabulary import (
     COMMITTED,
@@ -57,7 +57,6 @@ from ..storage.run_statements import (
 )
 from ..storage.schema import require_schema_name
 from ..storage.statements import Statements
-from ..telemetry import note_appended
 from .transaction import JournalTransaction, RunHead
 
 Clock = Callable[[], int]
@@ -69,6 +68,8 @@ START: Final = KIND_START
 TRANSITIONED: Final = STATE_TRANSITIONED
 LEASE: Final = KIND_LEASE
 EVENT_BATCH: Final = 1000
+# what an event's computation raises when the head does not allow it (`_append_event`)
+EVENT_REFUSED: Final = (InvalidTransitionError, JournalIntegrityError)
 # what an append writes once its guarded head UPDATE wrote the run's row
 _EVENT: Final = (INSERT_EVENT,)
 _EVENT_AND_RECEIPT: Final = (INSERT_EVENT, INSERT_RECEIPT)
@@ -116,20 +117,39 @@ class NextEvent:
 
     def parameters(self) -> dict[str, Any]:
         """The bound values of the append's statements (`storage/statements.py`), by name."""
-        head, document = self.head, self.document
-        return {
-            "run_id": head.run_id,
-            "prior_sequence": head.sequence,
-            "prior_hash": head.event_hash,
-            "sequence": head.sequence + 1,
-            "type": self.type,
-            "payload_json": self.payload_json,
-            "event_hash": self.event_hash,
-            "state": document["state"],
-            "delivery_revision": document.get("deliveryRevision"),
-            "projection_json": self.projection_json,
-            "terminal_tombstone": document.get("terminal"),
-        }
+        return append_values(
+            self.head,
+            self.type,
+            self.payload_json,
+            self.event_hash,
+            self.document,
+            self.projection_json,
+        )
+
+
+def append_values(
+    head: RunHead,
+    type_: str,
+    payload_json: str,
+    event_hash: str,
+    document: Document,
+    projection_json: str,
+) -> dict[str, Any]:
+    """The bound values of an append's statements (`storage/append_statements.py`), by
+    name: the event after `head` and the run's row after it (`document`, its JSON)."""
+    return {
+        "run_id": head.run_id,
+        "prior_sequence": head.sequence,
+        "prior_hash": head.event_hash,
+        "sequence": head.sequence + 1,
+        "type": type_,
+        "payload_json": payload_json,
+        "event_hash": event_hash,
+        "state": document["state"],
+        "delivery_revision": document.get("deliveryRevision"),
+        "projection_json": projection_json,
+        "terminal_tombstone": document.get("terminal"),
+    }
 
 
 class ExpiryNeeded(CadenceStoreError):
@@ -139,9 +159,10 @@ class ExpiryNeeded(CadenceStoreError):
     default_code = "operation-expiry-needed"
 
 
-def transition_payload(head: RunHead, to: str, code: str | None) -> Document:
-    """A `state-transitioned` event's payload from `head`'s state to `to`."""
-    payload: Document = {"from": head.document().get("state"), "to": to}
+def transition_payload(current: Document, to: str, code: str | None) -> Document:
+    """A `state-transitioned` event's payload from the state of a run's projection
+    `current` to `to`."""
+    payload: Document = {"from": current.get("state"), "to": to}
     if code is not None:
         payload["code"] = code
     return payload
@@ -238,8 +259,9 @@ class RepositoryCore:
             return self._now()
         if profile is None:
             profile = self.transaction.profile
-        # the system clock (its milliseconds are a safe integer), unless the server's
-        return None if profile.server_clock else self._clock()
+        # the system clock (`system_clock`, written out: its milliseconds are a safe
+        # integer), unless the server's
+        return None if profile.server_clock else time.time_ns() // 1_000_000
 
     def _server_clock(self) -> bool:
         """Whether lease time is the database server's clock: on PostgreSQL, whose
@@ -345,87 +367,75 @@ class RepositoryCore:
     @staticmethod
     def _next_event(head: RunHead, type_: str, payload: Document) -> NextEvent:
         """The event that follows a locked run's head, and the run after it: O(1), the
-        stored projection is the base. Writes nothing."""
-        current = head.document()
-        if current.get("sequence") != head.sequence or current.get("eventHash") != head.event_hash:
-            raise JournalIntegrityError(
-                "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
-            )
-        sequence = head.sequence + 1
-        # the payload's canonical JSON (hashed) and its text (stored), proved plain once
-        canonical_payload, payload_json = canonical_and_stringified(payload)
-        event_hash = hash_canonical_event(
-            sequence, type_, canonical_payload, head.event_hash
-        ) or hash_event(sequence, type_, payload, head.event_hash)
-        document = apply_event(current, sequence, type_, payload, event_hash)
-        assert document is not None
-        return NextEvent(head, type_, payload_json, event_hash, document, js_stringify(document))
+        stored projection is the base. Writes nothing (a batch's plan)."""
+        payload_json, event_hash, document, projection_json = event_after(
+            head.document(), head.run_id, head.sequence + 1, type_, payload, head.event_hash
+        )
+        return NextEvent(head, type_, payload_json, event_hash, document, projection_json)
 
     def _append(
         self, sql: Statements, head: RunHead, type_: str, payload: Document
     ) -> tuple[Document, str]:
         """Append one event to a locked run (its receipt is the caller's to record)."""
-        event = self._next_event(head, type_, payload)
-        params = event.parameters()
-        params["now"] = self._append_now(sql.profile)
-        if not sql.write_guarded(ADVANCE_RUN, _EVENT, params):
+        appended = self._append_event(sql, head, head.document(), type_, payload)
+        if appended is None:
             # the run row is not the head the event was computed from: writing the event
             # would fork the chain
             raise JournalIntegrityError(
                 "run-projection-integrity-mismatch", run_id=head.run_id, sequence=head.sequence
             )
-        note_appended()
-        self.transaction.note_append(sql.profile)
-        self.transaction.keep_head(event.next_head())
-        return event.document, event.projection_json
-
-    def _append_recorded(
-        self, sql: Statements, event: NextEvent, operation_id: str, *, known: bool = False
-    ) -> bool:
-        """Write `event`, the run's new head and the committed receipt of `operation_id`
-        (kind: the event's type), unless the operation id has a row already or the head
-        moved: then nothing is written, and False says so. `known`: the event was
-        computed from a remembered head, which the write names whole."""
-        params = event.parameters()
-        params["operation_id"] = operation_id
-        params["kind"] = event.type
-        params["outcome_json"] = event.projection_json
-        params["now"] = self._append_now(sql.profile)
-        if known:
-            params["prior_projection_json"] = event.head.projection_json
-        if sql.profile.one_statement_append:
-            found = sql.one_from(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, params)
-            appended = found is not None and found.advanced == 1
-        else:
-            advance = ADVANCE_KNOWN if known else ADVANCE_UNRECORDED
-            appended = sql.write_guarded(advance, _EVENT_AND_RECEIPT, params)
-        if appended:
-            note_appended()
-            self.transaction.note_append(sql.profile)
-            self.transaction.keep_head(event.next_head())
         return appended
 
-    def _append_after_known_head(
+    def _append_event(
         self,
         sql: Statements,
-        run_id: str,
+        head: RunHead,
+        current: Document,
         type_: str,
-        payload_for: Callable[[RunHead], Document],
-        operation_id: str,
-    ) -> NextEvent | None:
-        """Append after the head this store's last commit left the run at, without reading
-        the run row: the write lands only if the row still holds exactly that head and
-        the operation id has no receipt. None when no head is remembered or nothing was
-        written (an event that head would not allow included): the caller reads the
-        stored head and decides from it, as if this had not been tried."""
-        head = self.transaction.known_head(run_id)
-        if head is None:
+        payload: Document,
+        *,
+        operation_id: str | None = None,
+        known: bool = False,
+    ) -> tuple[Document, str] | None:
+        """Append the event of `type_` with `payload` after a run's `head` (`current`: its
+        parsed projection) and move the run's row to the head after it, in one write that
+        lands only while the row still holds `head`: all of it when `known` (a head
+        remembered from an earlier commit, not read under this transaction's lock). With
+        `operation_id`, that write also records the id's committed receipt (kind: the
+        event's type), and lands only while the id has no row.
+
+        Returns the run's projection after the event and its JSON; None when nothing was
+        written (the head moved, or the operation id has a row). Raises, writing nothing,
+        when `current` is not `head`'s or the event is not allowed after it (one of
+        `EVENT_REFUSED`, before anything else is asked)."""
+        sequence = head.sequence + 1
+        payload_json, event_hash, document, projection_json = event_after(
+            current, head.run_id, sequence, type_, payload, head.event_hash
+        )
+        params = append_values(head, type_, payload_json, event_hash, document, projection_json)
+        profile = sql.profile
+        params["now"] = self._append_now(profile)
+        if operation_id is None:
+            written = sql.write_guarded(ADVANCE_RUN, _EVENT, params)
+        else:
+            params["operation_id"] = operation_id
+            params["kind"] = type_
+            params["outcome_json"] = projection_json
+            if known:
+                params["prior_projection_json"] = head.projection_json
+            if profile.one_statement_append:
+                found = sql.one_from(APPEND_RECORDED_KNOWN if known else APPEND_RECORDED, params)
+                written = found is not None and found.advanced == 1
+            else:
+                advance = ADVANCE_KNOWN if known else ADVANCE_UNRECORDED
+                written = sql.write_guarded(advance, _EVENT_AND_RECEIPT, params)
+        if not written:
             return None
-        try:
-            event = self._next_event(head, type_, payload_for(head))
-        except CadenceStoreError:
-            return None
-        return event if self._append_recorded(sql, event, operation_id, known=True) else None
+        after = RunHead(
+            head.run_id, head.root_hash, head.stage, projection_json, sequence, event_hash, document
+        )
+        self.transaction.keep_head(after, appended=profile)
+        return document, projection_json
 
     def _forget_head(self, run_id: str) -> None:
         self.transaction.forget_head(run_id)

@@ -28,12 +28,10 @@ stored JSON is decoded by `journal.documents`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import (
-    CadenceStoreError,
     InvalidTransitionError,
     JournalIntegrityError,
     OperationConflictError,
@@ -87,6 +85,7 @@ from .batches import TransitionBatches
 from .bindings import DeliveryBindings
 from .core import (
     EVENT_BATCH,
+    EVENT_REFUSED,
     LEASE,
     START,
     TRANSITIONED,
@@ -298,17 +297,31 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         _, _, checked_code, checked_lease = require_transition_input(
             run_id, operation_id, code, lease
         )
-        sql = self._write_statements()
-        if checked_lease is None and isinstance(to, str) and to in RUN_STATES:
-            known = self._append_after_known_head(
-                sql,
-                run_id,
-                TRANSITIONED,
-                functools.partial(transition_payload, to=to, code=checked_code),
-                operation_id,
-            )
-            if known is not None:
-                return built_projection(known.document), True
+        transaction = self.transaction
+        sql = transaction.statements(write=True)
+        allowed = checked_lease is None and isinstance(to, str) and to in RUN_STATES
+        head = transaction.known_head(run_id) if allowed else None
+        if head is not None:
+            # After the head this store's last commit left the run at, without reading
+            # the row: the write names that whole head, and lands only if the row still
+            # holds it and the operation id has no receipt. Else (an event that head
+            # would not allow included) the stored head decides, as if not tried.
+            current = head.document()
+            try:
+                appended = self._append_event(
+                    sql,
+                    head,
+                    current,
+                    TRANSITIONED,
+                    transition_payload(current, to, checked_code),
+                    operation_id=operation_id,
+                    known=True,
+                )
+            except EVENT_REFUSED:
+                appended = None
+            if appended is not None:
+                document, _ = appended
+                return built_projection(document), True
         head = self._head(sql, run_id, lock=True)
         if checked_lease is not None:
             if checked_lease.run_id != run_id:
@@ -317,13 +330,21 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         if head is not None and isinstance(to, str) and to in RUN_STATES:
             # The common case, in one write that also checks the receipt: it writes
             # nothing when the operation id has a row already.
-            payload = transition_payload(head, to, checked_code)
+            current = head.document()
             try:
-                event = self._next_event(head, TRANSITIONED, payload)
-            except CadenceStoreError:
-                event = None  # the receipt decides first, below: a replay wins
-            if event is not None and self._append_recorded(sql, event, operation_id):
-                return built_projection(event.document), True
+                appended = self._append_event(
+                    sql,
+                    head,
+                    current,
+                    TRANSITIONED,
+                    transition_payload(current, to, checked_code),
+                    operation_id=operation_id,
+                )
+            except EVENT_REFUSED:
+                appended = None  # the receipt decides first, below: a replay wins
+            if appended is not None:
+                document, _ = appended
+                return built_projection(document), True
         replay = self._replay(sql, run_id, operation_id, TRANSITIONED)
         if replay is not None:
             return replay, False
@@ -335,7 +356,7 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         # moved. From the stored head, with the receipt upserted (or the error raised).
         self._forget_head(run_id)
         head = self._require_head(sql, run_id, lock=True)
-        payload = transition_payload(head, to, checked_code)
+        payload = transition_payload(head.document(), to, checked_code)
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
         self._record(sql, run_id, operation_id, TRANSITIONED, projection_json, document["sequence"])
         return built_projection(document), True

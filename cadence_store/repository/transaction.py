@@ -44,6 +44,7 @@ from ..storage.failures import is_database_error
 from ..storage.feed_notifier import wake_followers
 from ..storage.shape import assert_store_ready
 from ..storage.statements import Statements
+from ..telemetry import note_appended
 
 
 @dataclass(slots=True)
@@ -74,7 +75,6 @@ class JournalTransaction:
     """The statements, session, locked heads and state of one transaction."""
 
     __slots__ = (
-        "_appended",
         "_broken",
         "_connection",
         "_heads",
@@ -82,6 +82,7 @@ class JournalTransaction:
         "_host_session",
         "_owned",
         "_watching",
+        "wake_pending",
         "_raw",
         "_ready",
         "_session",
@@ -121,7 +122,7 @@ class JournalTransaction:
         self._known = known
         self._broken: str | None = None
         self._watching = False  # a listener on the connection (`on_connection`)
-        self._appended = False  # events that followers must hear of once committed
+        self.wake_pending = False  # events that followers must hear of once committed
 
     # -- the three ways in -----------------------------------------------------------------
 
@@ -145,6 +146,14 @@ class JournalTransaction:
             ready=True,
             known=known,
         )
+
+    def begin_again(self) -> None:
+        """The next transaction on an `on_pooled` transaction's connection (a store keeps
+        its own between writes, and this object with it): nothing of the last one's
+        heads, failure or followers to wake is kept."""
+        self._heads = {}
+        self._broken = None
+        self.wake_pending = False
 
     @classmethod
     def on_connection(
@@ -280,14 +289,20 @@ class JournalTransaction:
             return None
         return head
 
-    def keep_head(self, head: RunHead) -> None:
+    def keep_head(self, head: RunHead, *, appended: DialectProfile | None = None) -> None:
         """Keep `head` for the rest of this transaction (a transaction that keeps none,
-        a host session's, ignores it)."""
+        a host session's, ignores it). `appended`: an event was appended, leaving its run
+        at `head` (this transaction's profile): counted for the call's telemetry, and
+        followers are woken once this transaction commits (`note_append`)."""
         heads = self._heads
         if heads is not None:
             connection = self._connection
             savepoint = None if connection is None else connection.get_nested_transaction()
             heads[head.run_id] = (head, savepoint)
+        if appended is not None:
+            note_appended()
+            if appended.notifies:
+                self.note_append(appended)
 
     def forget_head(self, run_id: str) -> None:
         if self._heads is not None:
@@ -316,19 +331,19 @@ class JournalTransaction:
         (PostgreSQL: `storage.feed_notifier`; SQLite's followers see the file change). A
         host's session wakes them from its `after_commit`. `profile`: this transaction's,
         where the caller has it at hand."""
-        if self._appended or not (profile or self.profile).notifies:
+        if self.wake_pending or not (profile or self.profile).notifies:
             return
         session = self._host_session
         if session is not None and not self._owned:
             # one object serves all the session's transactions: nothing kept here
             _wake_after_commit(session)
         else:
-            self._appended = True
+            self.wake_pending = True
 
     def wake_followers_if_appended(self, engine: Engine) -> None:
         """After the owner's commit: wake followers if events were written."""
-        if self._appended:
-            self._appended = False
+        if self.wake_pending:
+            self.wake_pending = False
             wake_followers(engine)
 
     # -- its own state ---------------------------------------------------------------------

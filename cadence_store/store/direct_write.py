@@ -102,7 +102,9 @@ class DirectWrites:
         # call's budget (`call_budget`): where that is done, this does it
         self._watched = attempts_bounded(engine)
         self._keeping = keep_one
-        self._kept: _Checkout | None = None
+        # the store's own connection between its writes, with the repository (and its
+        # transaction) made on it once: each write begins that transaction again
+        self._kept: _Kept | None = None
         self._lock = threading.Lock()
         # the heads this store's commits left runs at, newest last (`remember`)
         self._known: dict[str, RunHead] = {}
@@ -127,7 +129,7 @@ class DirectWrites:
             kept, self._kept = self._kept, None
         if kept is None:
             return
-        pooled = kept[0]
+        pooled = kept[0][0]
         if discard:
             pooled.invalidate()
         pooled.close()
@@ -167,7 +169,7 @@ class DirectWrites:
             made = info[self._info_key] = (statements, begin, commit)
         return pooled, *made
 
-    def _after_commit(self, kept: _Checkout, heads: list[RunHead]) -> None:
+    def _after_commit(self, kept: _Kept, heads: list[RunHead]) -> None:
         """Keep the heads the commit left runs at, for the next write to start from
         (`JournalTransaction.known_head`), and the connection if none is kept (else it
         goes back to the pool). A head that is stale by then (another writer, a commit
@@ -184,7 +186,7 @@ class DirectWrites:
             if self._keeping and self._kept is None:
                 self._kept = kept
                 return
-        kept[0].close()
+        kept[0][0].close()
 
     def run(self, work: Callable[[RunRepository], T]) -> T:
         kept = None
@@ -192,21 +194,31 @@ class DirectWrites:
             with self._lock:
                 kept, self._kept = self._kept, None
         if kept is None:
-            kept = self._checkout()
-        elif self._watched:
-            watch_connection(kept[0].dbapi_connection)
-        pooled, statements, begin, commit = kept
+            checkout, repository = self._checkout(), None
+        else:
+            checkout, repository = kept
+            if self._watched:
+                watch_connection(checkout[0].dbapi_connection)
+        pooled, statements, begin, commit = checkout
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
             if begin is not None:
                 begin()
-            transaction = JournalTransaction.on_pooled(
-                self._profile, dbapi_connection, statements, self._schema, self._known
-            )
-            result = work(RunRepository(transaction, root_hash=self._root_hash, clock=self._clock))
+            if repository is None:
+                transaction = JournalTransaction.on_pooled(
+                    self._profile, dbapi_connection, statements, self._schema, self._known
+                )
+                repository = RunRepository(
+                    transaction, root_hash=self._root_hash, clock=self._clock
+                )
+            else:
+                transaction = repository.transaction
+                transaction.begin_again()
+            result = work(repository)
             commit()
-            transaction.wake_followers_if_appended(self._engine)
+            if transaction.wake_pending:
+                transaction.wake_followers_if_appended(self._engine)
         except BaseException as error:
             # The failure that got us here stays authoritative (the journal's own calls
             # are coded already; BEGIN's and COMMIT's are coded here).
@@ -217,7 +229,7 @@ class DirectWrites:
             pooled.close()
             _WRITE_ERRORS.raise_coded(error)
             raise
-        self._after_commit(kept, transaction.heads_left())
+        self._after_commit((checkout, repository), transaction.heads_left())
         return result
 
 
@@ -226,6 +238,8 @@ class DirectWrites:
 _Checkout = tuple[
     PoolProxiedConnection, Statements, Callable[[], object] | None, Callable[[], object]
 ]
+# a checkout a store keeps between its writes, and the repository made on it
+_Kept = tuple[_Checkout, RunRepository]
 
 
 def lends_freely(pool: Pool, engine_options: Mapping[str, Any]) -> bool:
