@@ -299,13 +299,27 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         )
         transaction = self.transaction
         sql = transaction.statements(write=True)
-        allowed = checked_lease is None and isinstance(to, str) and to in RUN_STATES
-        head = transaction.known_head(run_id) if allowed else None
-        if head is not None:
-            # After the head this store's last commit left the run at, without reading
-            # the row: the write names that whole head, and lands only if the row still
-            # holds it and the operation id has no receipt. Else (an event that head
-            # would not allow included) the stored head decides, as if not tried.
+        to_a_state = isinstance(to, str) and to in RUN_STATES
+        # The common case, in one write that also checks the receipt (it writes nothing
+        # when the operation id has a row already): first after the head this store's
+        # last commit left the run at, without reading the row (the write names that
+        # whole head, and lands only if the row still holds it); then after the stored
+        # head, locked. An event a head would not allow is left to what follows: a
+        # replay wins.
+        head = None
+        for known in (True, False):
+            if known:
+                if not to_a_state or checked_lease is not None:
+                    continue
+                head = transaction.known_head(run_id)
+            else:
+                head = self._head(sql, run_id, lock=True)
+                if checked_lease is not None:
+                    if checked_lease.run_id != run_id:
+                        raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
+                    self._assert_live(sql, checked_lease)
+            if head is None or not to_a_state:
+                continue
             current = head.document()
             try:
                 appended = self._append_event(
@@ -315,33 +329,10 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
                     TRANSITIONED,
                     transition_payload(current, to, checked_code),
                     operation_id=operation_id,
-                    known=True,
+                    known=known,
                 )
             except EVENT_REFUSED:
                 appended = None
-            if appended is not None:
-                document, _ = appended
-                return built_projection(document), True
-        head = self._head(sql, run_id, lock=True)
-        if checked_lease is not None:
-            if checked_lease.run_id != run_id:
-                raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
-            self._assert_live(sql, checked_lease)
-        if head is not None and isinstance(to, str) and to in RUN_STATES:
-            # The common case, in one write that also checks the receipt: it writes
-            # nothing when the operation id has a row already.
-            current = head.document()
-            try:
-                appended = self._append_event(
-                    sql,
-                    head,
-                    current,
-                    TRANSITIONED,
-                    transition_payload(current, to, checked_code),
-                    operation_id=operation_id,
-                )
-            except EVENT_REFUSED:
-                appended = None  # the receipt decides first, below: a replay wins
             if appended is not None:
                 document, _ = appended
                 return built_projection(document), True
