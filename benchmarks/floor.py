@@ -205,21 +205,10 @@ class SqliteContractFloor(SqliteFloor):
         super().__init__(path, remember_heads=True)
         self.returned: RunProjection | None = None
 
-    def _advance(
-        self,
-        run_id: str,
-        operation_id: str,
-        to: str,
-        code: str,
-        head: tuple[str, int, str, dict[str, Any]],
-        *,
-        read: bool = False,
-    ) -> bool:
-        if not super()._advance(run_id, operation_id, to, code, head, read=read):
-            return False
+    def transition(self, run_id: str, operation_id: str, to: str, code: str) -> None:
+        super().transition(run_id, operation_id, to, code)
         assert self._heads is not None
         self.returned = built_projection(self._heads[run_id][3])
-        return True
 
 
 class SqlitePooledFloor(SqliteFloor):

@@ -80,6 +80,7 @@ from ..storage.run_statements import (
     RUN_BY_KEY,
     START_RECEIPTS,
 )
+from ..storage.statements import Statements
 from ..telemetry import instrument, note_appended
 from .batches import TransitionBatches
 from .bindings import DeliveryBindings
@@ -99,6 +100,7 @@ from .core import (
 from .feed import RunFeed
 from .leases import LeaseRules, fenced
 from .reading import RunReading
+from .transaction import RunHead
 
 
 @instrument
@@ -300,42 +302,26 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         transaction = self.transaction
         sql = transaction.statements(write=True)
         to_a_state = isinstance(to, str) and to in RUN_STATES
-        # The common case, in one write that also checks the receipt (it writes nothing
-        # when the operation id has a row already): first after the head this store's
-        # last commit left the run at, without reading the row (the write names that
-        # whole head, and lands only if the row still holds it); then after the stored
-        # head, locked. An event a head would not allow is left to what follows: a
-        # replay wins.
-        head = None
-        for known in (True, False):
-            if known:
-                if not to_a_state or checked_lease is not None:
-                    continue
-                head = transaction.known_head(run_id)
-            else:
-                head = self._head(sql, run_id, lock=True)
-                if checked_lease is not None:
-                    if checked_lease.run_id != run_id:
-                        raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
-                    self._assert_live(sql, checked_lease)
-            if head is None or not to_a_state:
-                continue
-            current = head.document()
-            try:
-                appended = self._append_event(
-                    sql,
-                    head,
-                    current,
-                    TRANSITIONED,
-                    transition_payload(current, to, checked_code),
-                    operation_id=operation_id,
-                    known=known,
-                )
-            except EVENT_REFUSED:
-                appended = None
-            if appended is not None:
-                document, _ = appended
-                return built_projection(document), True
+        if to_a_state and checked_lease is None:
+            # After the head this store's last commit left the run at, without reading
+            # the row: the write names that whole head, and lands only if the row still
+            # holds it and the operation id has no receipt.
+            projection = self._transition_after(
+                sql, transaction.known_head(run_id), to, checked_code, operation_id, known=True
+            )
+            if projection is not None:
+                return projection, True
+        head = self._head(sql, run_id, lock=True)
+        if checked_lease is not None:
+            if checked_lease.run_id != run_id:
+                raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
+            self._assert_live(sql, checked_lease)
+        if to_a_state:
+            # The common case, in one write that also checks the receipt: it writes
+            # nothing when the operation id has a row already.
+            projection = self._transition_after(sql, head, to, checked_code, operation_id)
+            if projection is not None:
+                return projection, True
         replay = self._replay(sql, run_id, operation_id, TRANSITIONED)
         if replay is not None:
             return replay, False
@@ -351,6 +337,40 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         document, projection_json = self._append(sql, head, TRANSITIONED, payload)
         self._record(sql, run_id, operation_id, TRANSITIONED, projection_json, document["sequence"])
         return built_projection(document), True
+
+    def _transition_after(
+        self,
+        sql: Statements,
+        head: RunHead | None,
+        to: str,
+        code: str | None,
+        operation_id: str,
+        *,
+        known: bool = False,
+    ) -> RunProjection | None:
+        """The transition to `to` appended after `head` with the committed receipt of
+        `operation_id` (`_append_event`; `known`: a remembered head), as the run's
+        projection after it. None when there is no head, nothing was written, or the head
+        does not allow the event: what follows decides (a replay first)."""
+        if head is None:
+            return None
+        current = head.document()
+        try:
+            appended = self._append_event(
+                sql,
+                head,
+                current,
+                TRANSITIONED,
+                transition_payload(current, to, code),
+                operation_id=operation_id,
+                known=known,
+            )
+        except EVENT_REFUSED:
+            return None
+        if appended is None:
+            return None
+        document, _ = appended
+        return built_projection(document)
 
 
 __all__ = [
