@@ -59,17 +59,18 @@ from .workers import contender
 TARGETS: dict[str, Any] = {
     # SQLite: the store opened by a URL, side by side with the floor and eventsourcing
     # (`sqlite_gap.py`); PostgreSQL: the store against the floor (`bench_transition`)
-    "transition_ratio": {"sqlite": 1.10, "postgresql": 1.1},
-    "transition_vs_eventsourcing": 1.0,
+    "transition_ratio": {"sqlite": 1.15, "postgresql": 1.0},
+    # the store's layers: the store against the floor doing the contract's own work
+    "transition_vs_contract_floor": 1.10,
     "append_flatness": 1.2,
     "start_run_flatness": 1.2,
-    "batching_ratio": {"sqlite": 0.12, "postgresql": 0.20},
+    "batching_ratio": {"sqlite": 0.12, "postgresql": 0.10},
     "verify_events_per_s": 255_000,
     "verify_peak_mb": 100,
     "contention_ratio_4p": 0.8,
     "fenced_clock_ratio": 1.05,
 }
-# Published with issue 16, measured in a separate harness: cadence 1.x's TypeScript
+# Published figures, measured in a separate harness: cadence 1.x's TypeScript
 # RunStore on Node 24's node:sqlite (an append rewrites the run from its whole chain).
 CADENCE_1X: dict[str, Any] = {
     "append_ms": {"3000": 13.0, "10000": 47.0},
@@ -420,7 +421,7 @@ def side_by_side_rows(gap: dict[str, Any], limit: float) -> list[tuple[str, ...]
     medians, ratios, cpu, wait = gap["median_ms"], gap["ratios"], gap["cpu_ms"], gap["wait_ms"]
     frames = gap["wal_frames_per_commit"]
     mode = gap["mode"]
-    versus = TARGETS["transition_vs_eventsourcing"]
+    layers_limit = TARGETS["transition_vs_contract_floor"]
     rows: list[tuple[str, ...]] = [
         (
             f"durable transition ({mode}): opentelemetry in the store's process",
@@ -445,8 +446,8 @@ def side_by_side_rows(gap: dict[str, Any], limit: float) -> list[tuple[str, ...]
                     f"durable transition ({mode}), {system}/eventsourcing SQLite recorder ms "
                     f"({medians[system]}/{medians['eventsourcing']})",
                     f"{ratios[f'{system}/eventsourcing']}x",
-                    f"<= {versus}x",
-                    ok(ratios[f"{system}/eventsourcing"] <= versus),
+                    "",
+                    "",
                 )
             )
     if OTEL_STORE in medians:
@@ -474,8 +475,8 @@ def side_by_side_rows(gap: dict[str, Any], limit: float) -> list[tuple[str, ...]
             (
                 f"durable transition ({mode}), store_url/floor_contract: the layers' cost",
                 f"{ratios['store_url/floor_contract']}x",
-                "",
-                "",
+                f"<= {layers_limit}x",
+                ok(ratios["store_url/floor_contract"] <= layers_limit),
             )
         )
         if gap["eventsourcing"]:

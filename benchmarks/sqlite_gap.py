@@ -33,7 +33,7 @@ hides opentelemetry from this process and from every system's process but
 `store_url_otel`'s (`--otel`: as this environment has it).
 
 Two ways to run them: all in this process (the default), or `--processes`, one process
-per system (as issue 27 measured), each woken by a pipe for each of its calls. Every call
+per system, each woken by a pipe for each of its calls. Every call
 is timed twice, by the clock and by its thread's CPU time (`time.thread_time`, user and
 kernel): `wait` (wall minus CPU, the median of each call's) is the time spent blocked on
 the disk. After the timed rounds, an untimed pass counts the WAL frames (pages) each
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sqlite_gap")
     parser.add_argument("--rounds", type=int, default=1500)
     parser.add_argument(
-        "--processes", action="store_true", help="one process per system (issue 27's method)"
+        "--processes", action="store_true", help="one process per system, each woken for each call"
     )
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     parser.add_argument(

@@ -55,9 +55,9 @@ from .common import (
 )
 from .verify_cadence1x import Cadence1x, locate
 
-TARGET_RATIO = 1.5  # issue 27: at least 1.5x cadence 1.x's verifyIntegrity, on SQLite
+TARGET_RATIO = 1.5  # at least 1.5x cadence 1.x's verifyIntegrity, on SQLite
 TARGET_JOBS_SPEEDUP = 1.3  # 2 jobs against 1 on this two-core machine
-# issue 27's figure, used (and labelled so) only when cadence 1.x cannot run here
+# the published figure, used (and labelled so) only when cadence 1.x cannot run here
 CADENCE_1X_PUBLISHED = {"events_per_s": "104,000-125,000", "peak_rss_mb": 342}
 CADENCE_1X_PUBLISHED_EVENTS_PER_S = 125_000
 
@@ -273,7 +273,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         one = section["one_run"]
         measured = one["cadence_1x"]["measured"]
         ratio = one["ratio_vs_cadence_1x"]
-        judged = name == "sqlite"  # the issue states the target for SQLite
+        judged = name == "sqlite"  # the target is stated for SQLite
         rows.append(
             {
                 "engine": name,
