@@ -61,6 +61,8 @@ def feed_leaf_data(run_id: str, sequence: int, event_hash: str) -> bytes:
 
 def leaf_hash(data: bytes) -> bytes:
     """RFC 9162 §2.1.1: `SHA-256(0x00 || data)`."""
+    if not isinstance(data, bytes):
+        raise InvalidInputError("invalid-merkle-leaf", "leaf data is bytes")
     return hashlib.sha256(b"\x00" + data).digest()
 
 
@@ -71,6 +73,13 @@ def feed_leaf_hash(run_id: str, sequence: int, event_hash: str) -> bytes:
 
 def node_hash(left: bytes, right: bytes) -> bytes:
     """RFC 9162 §2.1.1: `SHA-256(0x01 || left || right)`."""
+    if not isinstance(left, bytes) or not isinstance(right, bytes):
+        raise InvalidInputError(INVALID_MERKLE_HASH, "a node's children are bytes")
+    return _join(left, right)
+
+
+def _join(left: bytes, right: bytes) -> bytes:
+    """`node_hash` of hashes already checked (the inner loops)."""
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
@@ -115,7 +124,7 @@ class CompactRange:
             raise InvalidInputError(INVALID_TREE_SIZE, "the tree is full")
         merged, level, index = leaf, 0, self._size
         while index & 1:  # a right child: its left sibling is the last peak
-            merged = node_hash(self._peaks.pop(), merged)
+            merged = _join(self._peaks.pop(), merged)
             level, index = level + 1, index >> 1
             if self._visit is not None:
                 self._visit(NodeId(level, index), merged)
@@ -256,7 +265,7 @@ def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequenc
     _check_proof(proof, inner + (index >> inner).bit_count())
     root = leaf
     for sibling, on_the_left in zip(proof, _sides(index, size - 1, len(proof)), strict=True):
-        root = node_hash(sibling, root) if on_the_left else node_hash(root, sibling)
+        root = _join(sibling, root) if on_the_left else _join(root, sibling)
     return root
 
 
@@ -297,10 +306,10 @@ def verify_consistency(
     # the old tree takes only the hashes on the left: those on the right came after it
     for sibling, on_the_left in zip(path[1:], _sides(position, last, len(path) - 1), strict=True):
         if on_the_left:
-            old_found = node_hash(sibling, old_found)
-            new_found = node_hash(sibling, new_found)
+            old_found = _join(sibling, old_found)
+            new_found = _join(sibling, new_found)
         else:
-            new_found = node_hash(new_found, sibling)
+            new_found = _join(new_found, sibling)
     _compare_roots(old_found, old_root, f"the consistency proof to the old {old_size} leaves")
     _compare_roots(new_found, new_root, f"the consistency proof to the new {new_size} leaves")
 
@@ -367,7 +376,7 @@ def _fold(hashes: Sequence[bytes]) -> bytes:
         return EMPTY_ROOT
     root = hashes[-1]
     for left in reversed(hashes[:-1]):
-        root = node_hash(left, root)
+        root = _join(left, root)
     return root
 
 

@@ -251,6 +251,8 @@ LEAF = _leaves(8)[3]
         (lambda: merkle.CompactRange(1, [ROOT[:1]]), "invalid-merkle-hash"),
         (lambda: merkle.CompactRange().append(b""), "invalid-merkle-hash"),
         (lambda: merkle.MemoryTree().node_hashes([merkle.NodeId(0, 0)]), "invalid-tree-size"),
+        (lambda: merkle.leaf_hash("text"), "invalid-merkle-leaf"),
+        (lambda: merkle.node_hash(LEAF, LEAF.hex()), "invalid-merkle-hash"),
     ],
 )
 def test_bad_input_is_a_coded_error(call: object, code: str) -> None:
