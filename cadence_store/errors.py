@@ -148,6 +148,16 @@ class StoreFormatError(CadenceStoreError):
         )
 
 
+class CheckpointError(JournalIntegrityError):
+    """A signed checkpoint does not hold: its signature does not verify under the key
+    (`checkpoint-signature-invalid`), the tree it names has another root or a proof does
+    not lead to it (`checkpoint-mismatch`), or the store holds fewer leaves than it names
+    (`checkpoint-rollback`). Tamper evidence, like the chain's own failures: `.run_id`,
+    `.sequence`, `.expected` and `.actual` say what differs when it is known."""
+
+    default_code = "checkpoint-mismatch"
+
+
 class MigrationError(CadenceStoreError):
     """An upgrade step failed; the whole upgrade was rolled back."""
 
@@ -212,6 +222,7 @@ class HostWriteError(CadenceStoreError):
 
 __all__ = [
     "CadenceStoreError",
+    "CheckpointError",
     "HostWriteError",
     "InvalidInputError",
     "InvalidTransitionError",
