@@ -31,13 +31,16 @@ def run_revision_scripts(
 ) -> None:
     """Move the database on `connection` to `target` (down to it when `backwards`), inside
     the transaction the connection has open; `options` name the version table."""
-    from alembic.runtime.migration import MigrationContext
+    from alembic.runtime.migration import MigrationContext, MigrationStep
 
-    # the same step lists `alembic.command.upgrade` / `downgrade` hand to an env.py
-    def steps(heads: Any, _context: MigrationContext) -> list[RevisionStep]:
+    # the steps `alembic.command.upgrade` / `downgrade` hand an env.py, in their order
+    def steps(heads: tuple[str, ...], _context: MigrationContext) -> list[RevisionStep]:
+        revision_map = scripts.revision_map
         if backwards:
-            return scripts._downgrade_revs(target, heads)
-        return scripts._upgrade_revs(target, heads)
+            down = scripts.iterate_revisions(heads, target, select_for_downgrade=True)
+            return [MigrationStep.downgrade_from_script(revision_map, script) for script in down]
+        up = reversed(list(scripts.iterate_revisions(target, heads, implicit_base=True)))
+        return [MigrationStep.upgrade_from_script(revision_map, script) for script in up]
 
     context = MigrationContext.configure(
         connection, opts={**options, "script": scripts, "fn": steps}
