@@ -9,6 +9,7 @@ in process, and the console script), on a SQLite file and on PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -270,6 +271,32 @@ def test_a_connection_without_a_transaction_gets_its_own(database_url: str, engi
         assert not connection.in_transaction()
     assert tables(engine) == {VERSION_TABLE}
     assert versions(engine, VERSION_TABLE) == []
+
+
+def test_an_async_hosts_migration_connection(database_url: str, engine: Engine) -> None:
+    """Alembic's async env.py hands its migrations the sync `Connection` of an
+    `AsyncConnection` (`run_sync`): cadence-store's migrations run there, in its
+    transaction."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from cadence_store.async_store.engine import async_database_url
+
+    async def migrate(outcome: str) -> str | None:
+        async_engine = create_async_engine(async_database_url(database_url))
+        try:
+            async with async_engine.connect() as connection:
+                await connection.begin()
+                reached = await connection.run_sync(cadence_store.upgrade)
+                await (connection.commit() if outcome == "commit" else connection.rollback())
+                return reached
+        finally:
+            await async_engine.dispose()
+
+    assert asyncio.run(migrate("rollback")) == head_revision()
+    assert tables(engine) == set()
+    assert asyncio.run(migrate("commit")) == head_revision()
+    assert tables(engine) == CADENCE_TABLES
+    assert versions(engine, VERSION_TABLE) == [head_revision()]
 
 
 def test_bad_input_on_a_connection_changes_nothing(database_url: str, engine: Engine) -> None:
