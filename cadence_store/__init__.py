@@ -40,7 +40,7 @@ from .journal.views import (
 from .repository.run_repository import RunRepository
 from .storage.engine import configure_engine
 from .storage.models import OWNED_TABLES
-from .storage.schema import host_include_object, upgrade
+from .storage.schema import downgrade, host_include_object, upgrade
 from .store.run_store import RunStore
 from .store.state_root import StateRoot, prepare_state_root, resolve_state_root
 from .store.unit_of_work import UnitOfWork
@@ -103,6 +103,7 @@ __all__ = [
     "UnitOfWork",
     "configure_engine",
     "copy_store",
+    "downgrade",
     "export_store",
     "host_include_object",
     "import_store",

@@ -2,9 +2,11 @@
 
 - The version table is `cadence_store_version`, so these migrations sit beside a host
   application's own `alembic_version` history.
-- A connection passed in `config.attributes["connection"]` (what `cadence_store.upgrade`
-  does) is used as is: its owner holds the transaction and the lock; a cadence 1.x store
-  on it is still recognised and stamped before the migrations run.
+- A connection passed in `config.attributes["connection"]` is used as
+  `cadence_store.upgrade(connection)` uses it: inside its owner's transaction if one is
+  open (else in one of its own), locked, a cadence 1.x store on it recognised and stamped
+  before the migrations run. (`cadence_store.upgrade` itself runs the scripts without this
+  file: a host's `alembic.context` stays the host's.)
 - A plain `alembic upgrade head` (URL from `-x url=...`, `CADENCE_STORE_URL` or
   `sqlalchemy.url`) gets the same treatment through `cadence_store.storage.schema`: one
   transaction, adoption of cadence 1.x stores, and an engine that is disposed afterwards
@@ -24,7 +26,6 @@ from cadence_store.storage import models
 from cadence_store.storage.engine import create_store_engine
 from cadence_store.storage.schema import (
     VERSION_TABLE,
-    adopt_if_needed,
     comparison_filter,
     migration_transaction,
     store_schema,
@@ -74,12 +75,12 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        # the owner of the connection holds the transaction; a cadence 1.x store is
-        # still recognised and stamped (a no-op once cadence_store.upgrade did it)
-        adopt_if_needed(connection)
-        _configure(connection=connection)
-        with context.begin_transaction():
-            context.run_migrations()
+        # the owner of the connection holds its transaction (if it began one); the lock,
+        # the adoption of a cadence 1.x store and the schema are cadence_store.upgrade's
+        with migration_transaction(connection) as migrating:
+            _configure(connection=migrating)
+            with context.begin_transaction():
+                context.run_migrations()
         return
     if config.config_file_name is not None and config.attributes.get("configure_logger", True):
         fileConfig(config.config_file_name, disable_existing_loggers=False)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -38,7 +38,9 @@ from . import legacy
 from . import sqlite_pragmas as pragmas
 from .dialects import POSTGRESQL
 from .engine import (
+    begin_immediate,
     create_store_engine,
+    driver_in_transaction,
     enable_wal,
     is_postgresql,
     is_sqlite,
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     # Alembic is imported where a migration or a revision lookup needs it, not at import:
     # `import cadence_store` (the pytest plugin loads it in every run) stays cheap.
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 VERSION_TABLE: Final = "cadence_store_version"
 SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -85,10 +88,16 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 @functools.cache
-def head_revision() -> str:
+def script_directory() -> ScriptDirectory:
+    """cadence-store's revision scripts (read once: they do not change while running)."""
     from alembic.script import ScriptDirectory
 
-    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    return ScriptDirectory.from_config(alembic_config())
+
+
+@functools.cache
+def head_revision() -> str:
+    heads = script_directory().get_heads()
     if len(heads) != 1:
         raise MigrationError("run-store-migration-failed", f"expected one head, found {heads}")
     return heads[0]
@@ -131,12 +140,6 @@ def database_label(connection: Connection) -> str:
     return masked_url(url)
 
 
-def database_label_of(engine: Engine) -> str:
-    """`database_label` of an engine: the file, or the URL with its password masked."""
-    url = engine.url
-    return (url.database or ":memory:") if is_sqlite(engine) else masked_url(url)
-
-
 def _log_step(verb: str, label: str, found: str | None, reached: str | None) -> None:
     if found == reached:
         logger.debug("cadence-store: %s is at %s already", label, reached)
@@ -152,7 +155,6 @@ def adopt_if_needed(connection: Connection) -> str | None:
     Must run inside the upgrade transaction.
     """
     from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
 
     schema = store_schema(connection)
     names = set(inspect(connection).get_table_names(schema=schema))
@@ -184,7 +186,7 @@ def adopt_if_needed(connection: Connection) -> str | None:
         )
     logger.info("cadence-store: adopting the cadence 1.x store %s at revision %s", label, revision)
     context = MigrationContext.configure(connection, opts=_version_options(schema))
-    context.stamp(ScriptDirectory.from_config(alembic_config()), revision)
+    context.stamp(script_directory(), revision)
     return revision
 
 
@@ -196,46 +198,87 @@ def schema_options(schema: str | None) -> dict[str, Any]:
 
 
 @contextmanager
-def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator[Connection]:
-    """One transaction for a whole upgrade: locked, adopted, committed or rolled back."""
-    options = schema_options(schema)
-    if options and not is_postgresql(engine):
+def migration_transaction(
+    bind: Engine | Connection, schema: str | None = None
+) -> Iterator[Connection]:
+    """One transaction for a whole upgrade: locked, adopted, committed or rolled back.
+
+    On an engine, a connection of its own. On a caller's connection (a host env.py's), the
+    caller's transaction when one is open: the caller commits or rolls it back, and gets
+    its connection back as it was (schema translation, search_path). A connection with
+    no transaction open gets one of its own, committed here.
+    """
+    # refused before connecting: connecting would create a missing SQLite file
+    if require_schema_name(schema) is not None and not is_postgresql(bind):
         raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
-    with database_errors(WRITE):
-        opened = engine.connect()
-    with opened as connection:
-        if options:
-            connection.execution_options(**options)
-        try:
-            if is_sqlite(connection):
-                connection.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                connection.begin()
-                if is_postgresql(connection):
-                    connection.exec_driver_sql(
-                        "SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID}
-                    )
-            if schema is not None:
-                quoted = connection.dialect.identifier_preparer.quote_schema(schema)
-                connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-                # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
-                connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
-            elif is_postgresql(connection):
-                # the store's statements name the default schema (`public`); a pooled
-                # connection's leftover search_path must not put the tables elsewhere
-                connection.exec_driver_sql(f"SET LOCAL search_path TO {POSTGRESQL.default_schema}")
-            adopt_if_needed(connection)
-            yield connection
+    if isinstance(bind, Engine):
+        with database_errors(WRITE):
+            opened = bind.connect()
+        with opened as connection, migration_transaction(connection, schema) as migrating:
+            yield migrating
+        return
+    connection = bind
+    schema = store_schema(connection) if schema is None else schema
+    owned = not connection.in_transaction()
+    translation = connection.get_execution_options().get("schema_translate_map")
+    translated = schema is not None and translation != {None: schema}
+    try:
+        if owned:
+            connection.begin()
+        if is_sqlite(connection):
+            raw = connection.connection.dbapi_connection
+            if not driver_in_transaction(raw):
+                begin_immediate(connection)  # pysqlite would autocommit each DDL step
+        if translated:
+            connection.execution_options(**schema_options(schema))
+        callers_search_path = None if owned else _search_path(connection)
+        _enter_store_schema(connection, schema)
+        adopt_if_needed(connection)
+        yield connection
+        if callers_search_path is not None:
+            connection.execute(SET_SEARCH_PATH, {"path": callers_search_path})
+        if owned:
             connection.commit()
-        except Exception as error:
+    except Exception as error:
+        if owned:
             connection.rollback()
-            failure = _migration_failure(error)
-            if failure is error:
-                raise
-            raise failure from error
-        except BaseException:
-            connection.rollback()
+        failure = _migration_failure(error)
+        if failure is error:
             raise
+        raise failure from error
+    except BaseException:
+        if owned:
+            connection.rollback()
+        raise
+    finally:
+        if translated:
+            connection.execution_options(schema_translate_map=translation)
+
+
+SET_SEARCH_PATH: Final = text("SELECT set_config('search_path', :path, true)")
+
+
+def _search_path(connection: Connection) -> str | None:
+    if not is_postgresql(connection):
+        return None
+    return str(connection.exec_driver_sql("SHOW search_path").scalar_one())
+
+
+def _enter_store_schema(connection: Connection, schema: str | None) -> None:
+    """On PostgreSQL, take the upgrade lock and point search_path at the store's schema
+    for the rest of the transaction."""
+    if not is_postgresql(connection):
+        return
+    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID})
+    if schema is not None:
+        quoted = connection.dialect.identifier_preparer.quote_schema(schema)
+        connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
+        connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
+    else:
+        # the store's statements name the default schema (`public`); a pooled
+        # connection's leftover search_path must not put the tables elsewhere
+        connection.exec_driver_sql(f"SET LOCAL search_path TO {POSTGRESQL.default_schema}")
 
 
 def _migration_failure(error: Exception) -> Exception:
@@ -257,48 +300,57 @@ def forget_store_ready(connection: Connection) -> None:
 
 
 def upgrade(
-    bind: str | URL | Engine, revision: str = "heads", *, schema: str | None = None
+    bind: str | URL | Engine | Connection, revision: str = "heads", *, schema: str | None = None
 ) -> str | None:
     """Bring a database to `revision` (head by default), adopting a cadence 1.x store.
 
-    `schema` (PostgreSQL) keeps the cadence tables and their version table in their own
-    schema. Returns the revision the database is at afterwards.
+    `bind` is a URL, an engine, or a connection: a host's own Alembic env.py passes its
+    migration connection, and the migrations run on it, inside its transaction (the host
+    commits or rolls back both histories together), without touching the host's
+    `alembic.context`. `schema` (PostgreSQL) keeps the cadence tables and their version
+    table in their own schema. Returns the revision the database is at afterwards.
     """
-    from alembic import command
+    return _migrate(bind, revision, schema, backwards=False)
 
-    engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
+
+def downgrade(
+    bind: str | URL | Engine | Connection, revision: str, *, schema: str | None = None
+) -> str | None:
+    """Step a database back to `revision` (`"base"`: no cadence-store tables); `bind` as
+    for `upgrade`. Returns the revision the database is at afterwards."""
+    return _migrate(bind, revision, schema, backwards=True)
+
+
+def _migrate(
+    bind: str | URL | Engine | Connection, target: str, schema: str | None, *, backwards: bool
+) -> str | None:
+    """`upgrade` and `downgrade`: one path for URLs, engines and a caller's connection."""
+    from .revision_scripts import run_revision_scripts
+
+    where = bind if isinstance(bind, Engine | Connection) else create_store_engine(bind)
     try:
-        with migration_transaction(engine, schema) as connection:
-            found = current_revision(connection, store_schema(connection))
-            command.upgrade(alembic_config(connection), revision)
-            reached = current_revision(connection, store_schema(connection))
+        with migration_transaction(where, schema) as connection:
+            store = store_schema(connection)
+            found = current_revision(connection, store)
+            run_revision_scripts(
+                connection,
+                script_directory(),
+                target,
+                backwards=backwards,
+                options=_version_options(store),
+            )
+            reached = current_revision(connection, store)
             forget_store_ready(connection)
-        _log_step("upgraded", database_label_of(engine), found, reached)
-        if is_sqlite(engine):
-            with engine.connect() as connection:
+            label = database_label(connection)
+        _log_step("downgraded" if backwards else "upgraded", label, found, reached)
+        # WAL outside any transaction; a caller's connection keeps its engine's mode
+        if isinstance(where, Engine) and not backwards and is_sqlite(where):
+            with where.connect() as connection:
                 enable_wal(connection)
         return reached
     finally:
-        if engine is not bind:
-            engine.dispose()
-
-
-def downgrade(bind: str | URL | Engine, revision: str, *, schema: str | None = None) -> str | None:
-    """Step a database back to `revision`."""
-    from alembic import command
-
-    engine = create_store_engine(bind) if not isinstance(bind, Engine) else bind
-    try:
-        with migration_transaction(engine, schema) as connection:
-            found = current_revision(connection, store_schema(connection))
-            command.downgrade(alembic_config(connection), revision)
-            forget_store_ready(connection)
-            reached = current_revision(connection, store_schema(connection))
-        _log_step("downgraded", database_label_of(engine), found, reached)
-        return reached
-    finally:
-        if engine is not bind:
-            engine.dispose()
+        if where is not bind and isinstance(where, Engine):
+            where.dispose()
 
 
 def upgrade_command(url: URL | str, schema: str | None = None) -> str:

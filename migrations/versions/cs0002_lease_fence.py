@@ -22,7 +22,7 @@ gives those leases their fence back, so the next grant is above every fence hand
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
 
 revision: str = "cs0002_lease_fence"
 down_revision: str | Sequence[str] | None = "cs0001_operation_id_index"
@@ -59,8 +59,11 @@ def upgrade() -> None:
     op.add_column("operations", sa.Column("lease_fence", INT64, nullable=True))
     operations = _operations()
     op.execute(operations.update().where(operations.c.kind == "lease").values(lease_fence=1))
-    if context.is_offline_mode():
-        return  # no database to read kept fences from (a generated script starts fresh)
+    # offline (--sql): no database to read kept fences from (a generated script starts
+    # fresh); asked of the migration context, which cadence_store.upgrade runs without
+    # an EnvironmentContext
+    if op.get_context().as_sql:
+        return
     schema = op.get_context().version_table_schema  # the store's schema (None: default)
     if not sa.inspect(op.get_bind()).has_table(FENCE_KEEPER, schema=schema):
         return

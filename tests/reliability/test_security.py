@@ -320,7 +320,7 @@ REVIEWED_DYNAMIC_SQL = {
     ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # CREATE SCHEMA / SET LOCAL search_path on a schema name checked against
     # [A-Za-z_][A-Za-z0-9_]{0,62} and quoted by the dialect's identifier preparer
-    ("cadence_store/storage/schema.py", "migration_transaction"),
+    ("cadence_store/storage/schema.py", "_enter_store_schema"),
 }
 
 
