@@ -34,6 +34,7 @@ from cadence_store import (
 from cadence_store.async_store import async_database_url
 from cadence_store.cli import main
 from cadence_store.storage.failures import sqlstate
+from cadence_store.storage.models import OWNED_TABLES
 
 PERMISSION_DENIED = "run-store-permission-denied"
 
@@ -227,3 +228,7 @@ def test_the_cli_exits_4_on_a_read_only_sqlite_file(read_only_file: Refused) -> 
     assert f"error: {PERMISSION_DENIED}" in moved.output
     assert "read-only" in moved.output
     assert table_snapshot(read_only_file.owner) == before
+
+
+def test_the_hint_names_every_table_cadence_store_owns() -> None:
+    assert set(StorePermissionError.TABLES.split(", ")) == OWNED_TABLES
