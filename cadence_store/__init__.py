@@ -16,6 +16,7 @@ from .errors import (
     StateRootError,
     StoreBusyError,
     StoreFormatError,
+    StorePermissionError,
     StoreUnavailableError,
     TransactionAbortedError,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "StoreBusyError",
     "StoreCounts",
     "StoreFormatError",
+    "StorePermissionError",
     "StoreUnavailableError",
     "TransactionAbortedError",
     "TimelineEntry",

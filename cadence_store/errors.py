@@ -199,11 +199,45 @@ class TransactionAbortedError(CadenceStoreError):
 
 
 class StoreUnavailableError(CadenceStoreError):
-    """The database cannot be read or written (disk full, read-only, closed, unreachable,
-    a refused login, not a database, a statement refused). Only `run-store-unavailable`
-    itself is `retryable`."""
+    """The database cannot be read or written (disk full, closed, unreachable, a
+    refused login, not a database, a statement refused, a privilege refused:
+    `StorePermissionError`). Only `run-store-unavailable` itself is `retryable`."""
 
     default_code = "run-store-unavailable"
+
+
+class StorePermissionError(StoreUnavailableError):
+    """The database refused a privilege: a PostgreSQL role without a grant on
+    cadence-store's tables (SQLSTATE 42501), a SQLite database that is read-only to this
+    process. Nothing of the call was kept, and retrying it unchanged fails the same way
+    until the grant (or the file) changes; `.hint` says what to grant."""
+
+    default_code = "run-store-permission-denied"
+    TABLES: ClassVar[str] = "runs, events, operations, delivery_bindings, follower_positions"
+
+    def __init__(
+        self, code: str | None = None, detail: str | None = None, *, engine: str | None = None
+    ) -> None:
+        super().__init__(code, detail)
+        self.engine = engine  # "postgresql", "sqlite", or None when unknown
+        self.args = (f"{self} ({self.hint})",)
+
+    @property
+    def hint(self) -> str:
+        if self.engine == "sqlite":
+            return (
+                "the SQLite database is read-only to this process: check that the file and "
+                "its directory are writable by this user (SQLite writes -wal, -shm and "
+                "-journal files beside it) and that it is not opened read-only "
+                "(mode=ro, PRAGMA query_only)"
+            )
+        return (
+            "the database role lacks a privilege on cadence-store's tables: grant it "
+            f"USAGE on their schema, SELECT, INSERT, UPDATE, DELETE on {self.TABLES} and "
+            "SELECT on cadence_store_version (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
+            "TABLES IN SCHEMA <schema> TO <role>); a role that only reads needs SELECT, and "
+            "`upgrade` needs the tables' owner"
+        )
 
 
 class HostWriteError(CadenceStoreError):
@@ -235,6 +269,7 @@ __all__ = [
     "StateRootError",
     "StoreBusyError",
     "StoreFormatError",
+    "StorePermissionError",
     "StoreUnavailableError",
     "TransactionAbortedError",
 ]

@@ -8,7 +8,8 @@ its `with` to its end (`cadence_store.unit_of_work`). Attributes: `db.system`,
 writes: no new event was appended), and on a failure `cadence_store.error_code` with
 status ERROR. Only the outermost call of the library has a span: `RunStore.transition`
 calling `RunRepository.transition` is one span. Metrics (meter `cadence_store`): counters
-`cadence_store.events.appended`, `cadence_store.leases.fenced`, histogram
+`cadence_store.events.appended` (events whose transaction committed, by the method that
+appended them), `cadence_store.leases.fenced`, histogram
 `cadence_store.call.duration` (seconds, attribute `method`).
 
 Without opentelemetry-api installed nothing is imported and `instrument` leaves the
@@ -70,10 +71,11 @@ _UNTRACED: Final = frozenset({"unit_of_work"})
 class _Call:
     """The library call in progress (outermost only) and what it did so far."""
 
-    __slots__ = ("appended", "span")
+    __slots__ = ("appended", "method", "span")
 
-    def __init__(self, span: Any) -> None:
+    def __init__(self, span: Any, method: str | None = None) -> None:
         self.span = span
+        self.method = method  # None while nothing records
         self.appended = 0
 
 
@@ -151,11 +153,24 @@ def _api() -> _Otel:
 # -- what the library's internals tell the current call ------------------------------------
 
 
-def note_appended(count: int = 1) -> None:
-    """An event was appended inside the current call (the repository's append path)."""
+def note_appended(count: int = 1) -> str | None:
+    """`count` events were appended inside the current call (the repository's append
+    path): the call's method, for `count_committed` once their transaction commits (None
+    while nothing records)."""
     call = _current.get()
-    if call is not None:
-        call.appended += count
+    if call is None:
+        return None
+    call.appended += count
+    return call.method
+
+
+def count_committed(appended: Mapping[str, int]) -> None:
+    """A transaction committed the events its calls appended (method -> count): only now
+    are they counted, so that a rolled-back unit of work, a failed commit or a host's
+    rollback counts nothing."""
+    counter = _api().appended
+    for method, count in appended.items():
+        counter.add(count, {"method": method})
 
 
 def record_busy_retry(attempt: int, delay_s: float) -> None:
@@ -264,7 +279,7 @@ class _Span:
             if system is not None:
                 attributes["db.system"] = system
             span.set_attributes(attributes)
-        self.call = _Call(span)
+        self.call = _Call(span, self.method)
         self.token = _current.set(self.call)
         self.started = time.perf_counter()
 
@@ -284,8 +299,6 @@ class _Span:
                 run_id = getattr(result, "run_id", None)
                 if isinstance(run_id, str):
                     span.set_attribute("cadence_store.run_id", run_id)
-            if call.appended:
-                otel.appended.add(call.appended, method)
             otel.duration.record(time.perf_counter() - self.started, method)
         finally:
             self.scope.__exit__(None, None, None)
@@ -490,6 +503,7 @@ def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
 __all__ = [
     "JOURNAL_WRITES",
     "OTEL_AVAILABLE",
+    "count_committed",
     "instrument",
     "instrument_unit_of_work",
     "note_appended",

@@ -93,7 +93,7 @@ def main() -> None:
 
     Exit codes: 0 ok, 1 corruption found, 2 usage or invalid input, 3 the store refused
     (a fenced, expired or replaced lease included), needs an upgrade, is busy or
-    unavailable.
+    unavailable, 4 permission denied (a missing grant, a read-only file).
 
     \b
     Example: cadence-store info --url postgresql+psycopg://app@db/cadence

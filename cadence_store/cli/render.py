@@ -31,6 +31,7 @@ EXIT_OK: Final = 0
 EXIT_CORRUPT: Final = 1
 EXIT_INPUT: Final = 2
 EXIT_STORE: Final = 3
+EXIT_PERMISSION: Final = 4
 
 # scheme://user:PASSWORD@ in any text (a URL the command was not told about)
 _URL_PASSWORD: Final = re.compile(
@@ -48,7 +49,8 @@ _MAX_DETAIL: Final = 300
 
 
 def exit_code(error: errors.CadenceStoreError) -> int:
-    """0 ok, 1 corruption found, 2 usage or invalid input, 3 store refused or unavailable.
+    """0 ok, 1 corruption found, 2 usage or invalid input, 3 store refused or unavailable,
+    4 permission denied (a grant or a file's permissions to change, not a retry).
 
     A fenced (expired, replaced or already committed) lease is the store refusing a
     holder it no longer recognises, not a usage error: exit 3."""
@@ -62,6 +64,8 @@ def exit_code(error: errors.CadenceStoreError) -> int:
         | errors.InvalidTransitionError,
     ):
         return EXIT_INPUT
+    if isinstance(error, errors.StorePermissionError):
+        return EXIT_PERMISSION
     return EXIT_STORE
 
 
@@ -124,6 +128,8 @@ def hint(error: errors.CadenceStoreError) -> str:
         return "another writer is holding the store; retry in a moment"
     if isinstance(error, errors.HostWriteError):
         return "the database refused the host's own row; nothing was kept: fix the row"
+    if isinstance(error, errors.StorePermissionError):
+        return error.hint
     if error.code == "run-store-auth-failed":
         return (
             "the server refused the login: check the user and password (in the URL, "

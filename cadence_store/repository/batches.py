@@ -39,7 +39,6 @@ from ..storage.batch_statements import (
 from ..storage.rows import BatchReceiptRow
 from ..storage.run_statements import HEAD_FOR_UPDATE
 from ..storage.statements import Statements, json_rows
-from ..telemetry import note_appended
 from .core import TRANSITIONED, NextEvent, RepositoryCore, journal_write, transition_payload
 from .transaction import RunHead
 
@@ -204,8 +203,7 @@ class TransitionBatches(RepositoryCore):
                     }
                 )
         sql.write_rows(INSERT_RECEIPTS, inserted)
-        note_appended(len(appended))
         transaction = self.transaction
-        transaction.note_append()
+        transaction.note_append(count=len(appended))
         for plan in plans.values():
             transaction.keep_head(plan.last.next_head())

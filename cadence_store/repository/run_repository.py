@@ -81,7 +81,7 @@ from ..storage.run_statements import (
     START_RECEIPTS,
 )
 from ..storage.statements import Statements
-from ..telemetry import instrument, note_appended
+from ..telemetry import instrument
 from .batches import TransitionBatches
 from .bindings import DeliveryBindings
 from .core import (
@@ -215,7 +215,6 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         }
         sql.write(INSERT_RUN, **first)
         sql.write(INSERT_EVENT, **first)
-        note_appended()
         self.transaction.note_append()
         self._record(sql, run_id, operation_id, START, projection_json, 1)
         return built_projection(created)

@@ -44,7 +44,7 @@ from ..storage.failures import is_database_error
 from ..storage.feed_notifier import wake_followers
 from ..storage.shape import assert_store_ready
 from ..storage.statements import Statements
-from ..telemetry import note_appended
+from ..telemetry import count_committed, note_appended
 
 
 @dataclass(slots=True)
@@ -82,6 +82,8 @@ class JournalTransaction:
         "_host_session",
         "_owned",
         "_watching",
+        "commit_pending",
+        "uncounted",
         "wake_pending",
         "_raw",
         "_ready",
@@ -123,6 +125,8 @@ class JournalTransaction:
         self._broken: str | None = None
         self._watching = False  # a listener on the connection (`on_connection`)
         self.wake_pending = False  # events that followers must hear of once committed
+        self.uncounted: dict[str, int] | None = None  # appends by method, counted at commit
+        self.commit_pending = False  # `committed` has something to do
 
     # -- the three ways in -----------------------------------------------------------------
 
@@ -150,10 +154,11 @@ class JournalTransaction:
     def begin_again(self) -> None:
         """The next transaction on an `on_pooled` transaction's connection (a store keeps
         its own between writes, and this object with it): nothing of the last one's
-        heads, failure or followers to wake is kept."""
+        heads, failure, appends or followers to wake is kept."""
         self._heads = {}
         self._broken = None
-        self.wake_pending = False
+        self.wake_pending = self.commit_pending = False
+        self.uncounted = None
 
     @classmethod
     def on_connection(
@@ -292,17 +297,15 @@ class JournalTransaction:
     def keep_head(self, head: RunHead, *, appended: DialectProfile | None = None) -> None:
         """Keep `head` for the rest of this transaction (a transaction that keeps none,
         a host session's, ignores it). `appended`: an event was appended, leaving its run
-        at `head` (this transaction's profile): counted for the call's telemetry, and
-        followers are woken once this transaction commits (`note_append`)."""
+        at `head` (this transaction's profile): counted and followers woken once this
+        transaction commits (`note_append`)."""
         heads = self._heads
         if heads is not None:
             connection = self._connection
             savepoint = None if connection is None else connection.get_nested_transaction()
             heads[head.run_id] = (head, savepoint)
         if appended is not None:
-            note_appended()
-            if appended.notifies:
-                self.note_append(appended)
+            self.note_append(appended)
 
     def forget_head(self, run_id: str) -> None:
         if self._heads is not None:
@@ -326,22 +329,36 @@ class JournalTransaction:
 
     # -- the feed ---------------------------------------------------------------------------
 
-    def note_append(self, profile: DialectProfile | None = None) -> None:
-        """An event was written: once this transaction commits, followers are woken
+    def note_append(self, profile: DialectProfile | None = None, count: int = 1) -> None:
+        """`count` events were written: once this transaction commits, they are counted
+        (`cadence_store.events.appended`; never if it rolls back) and followers are woken
         (PostgreSQL: `storage.feed_notifier`; SQLite's followers see the file change). A
-        host's session wakes them from its `after_commit`. `profile`: this transaction's,
+        host's session does both from its `after_commit`. `profile`: this transaction's,
         where the caller has it at hand."""
-        if self.wake_pending or not (profile or self.profile).notifies:
-            return
+        method = note_appended(count)
         session = self._host_session
         if session is not None and not self._owned:
             # one object serves all the session's transactions: nothing kept here
-            _wake_after_commit(session)
-        else:
-            self.wake_pending = True
+            wake = (profile or self.profile).notifies
+            if wake or method is not None:
+                _after_host_commit(session, method, count, wake=wake)
+            return
+        if method is not None:
+            uncounted = self.uncounted
+            if uncounted is None:
+                self.uncounted = {method: count}
+            else:
+                uncounted[method] = uncounted.get(method, 0) + count
+            self.commit_pending = True
+        if not self.wake_pending and (profile or self.profile).notifies:
+            self.wake_pending = self.commit_pending = True
 
-    def wake_followers_if_appended(self, engine: Engine) -> None:
-        """After the owner's commit: wake followers if events were written."""
+    def committed(self, engine: Engine) -> None:
+        """After the owner's commit: count the events it appended, wake followers."""
+        self.commit_pending = False
+        uncounted, self.uncounted = self.uncounted, None
+        if uncounted:
+            count_committed(uncounted)
         if self.wake_pending:
             self.wake_pending = False
             wake_followers(engine)
@@ -389,32 +406,54 @@ class JournalTransaction:
             event.remove(connection, "before_cursor_execute", self._before_host_statement)
 
 
-_WAKE_PENDING: Final = "cadence_store.feed_wake_pending"
-_WAKE_LISTENING: Final = "cadence_store.feed_wake_listening"
+_COMMIT_PENDING: Final = "cadence_store.commit_pending"
+_COMMIT_LISTENING: Final = "cadence_store.commit_listening"
 
 
-def _wake_after_commit(session: Session) -> None:
-    """Wake the feed's followers when `session` next commits (one listener a session)."""
+class _HostCommitPending:
+    """What a host session's transaction owes once it commits: appends to count, and
+    whether followers are to be woken."""
+
+    __slots__ = ("uncounted", "wake")
+
+    def __init__(self) -> None:
+        self.uncounted: dict[str, int] = {}
+        self.wake = False
+
+
+def _after_host_commit(session: Session, method: str | None, count: int, *, wake: bool) -> None:
+    """Count `count` appends of `method` and wake the feed's followers (if `wake`) when
+    `session` next commits (one listener a session); nothing if it rolls back."""
     info = session.info
-    info[_WAKE_PENDING] = True
-    if not info.get(_WAKE_LISTENING):
-        info[_WAKE_LISTENING] = True
-        event.listen(session, "after_commit", _wake_on_commit)
-        event.listen(session, "after_transaction_end", _forget_wake)
+    pending = info.get(_COMMIT_PENDING)
+    if pending is None:
+        pending = info[_COMMIT_PENDING] = _HostCommitPending()
+    if method is not None:
+        pending.uncounted[method] = pending.uncounted.get(method, 0) + count
+    pending.wake = pending.wake or wake
+    if not info.get(_COMMIT_LISTENING):
+        info[_COMMIT_LISTENING] = True
+        event.listen(session, "after_commit", _on_host_commit)
+        event.listen(session, "after_transaction_end", _forget_host_commit)
 
 
-def _wake_on_commit(session: Session) -> None:
+def _on_host_commit(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released (SQLAlchemy calls `after_commit` for those too)
-    if session.info.pop(_WAKE_PENDING, False):
+    pending = session.info.pop(_COMMIT_PENDING, None)
+    if pending is None:
+        return
+    if pending.uncounted:
+        count_committed(pending.uncounted)
+    if pending.wake:
         bind = session.get_bind()
         wake_followers(bind if isinstance(bind, Engine) else bind.engine)
 
 
-def _forget_wake(session: Session, transaction: SessionTransaction) -> None:
-    # the whole transaction's end (after `after_commit`): rolled back, or woken already
+def _forget_host_commit(session: Session, transaction: SessionTransaction) -> None:
+    # the whole transaction's end (after `after_commit`): rolled back, or done already
     if transaction.parent is None:
-        session.info.pop(_WAKE_PENDING, None)
+        session.info.pop(_COMMIT_PENDING, None)
 
 
 def _savepoint_at_once(session: Session, transaction: SessionTransaction) -> None:

@@ -5,10 +5,13 @@ through `database_errors` (a context manager) or `coded` (a decorator that also 
 generator functions), so no raw driver exception escapes whichever way a caller comes in.
 
 Codes: `run-store-busy` (other writers held the store past the wait or retry budget),
-`run-store-unavailable` (the database cannot be reached or used at all: read-only, disk
-full, I/O error, unreachable, lost connection), `run-store-auth-failed` (the PostgreSQL
-server refused the login), `run-store-not-a-database` (the SQLite file is not a
-database), `run-store-read-failed` / `run-store-write-failed` (the database refused a
+`run-store-unavailable` (the database cannot be reached or used at all: a standby's
+read-only transaction, disk full, I/O error, unreachable, lost connection),
+`run-store-auth-failed` (the PostgreSQL server refused the login),
+`run-store-not-a-database` (the SQLite file is not a database),
+`run-store-permission-denied` (`StorePermissionError`: a PostgreSQL role
+without a grant, SQLSTATE 42501; a SQLite database read-only to this process, never
+retried), `run-store-read-failed` / `run-store-write-failed` (the database refused a
 statement of a read / a write, e.g. a missing table or a constraint; nothing of the call
 was kept), `run-store-host-write-failed` (`HostWriteError`: it refused a statement of the
 host's own code, `host_errors`).
@@ -32,7 +35,13 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ..errors import CadenceStoreError, HostWriteError, StoreBusyError, StoreUnavailableError
+from ..errors import (
+    CadenceStoreError,
+    HostWriteError,
+    StoreBusyError,
+    StorePermissionError,
+    StoreUnavailableError,
+)
 
 
 class Access(StrEnum):
@@ -47,7 +56,12 @@ WRITE: Final = Access.WRITE
 
 # SQLite primary result codes (https://sqlite.org/rescode.html)
 _SQLITE_BUSY: Final = frozenset({5, 6})  # BUSY, LOCKED
-_SQLITE_UNAVAILABLE: Final = frozenset({3, 7, 8, 10, 11, 13, 14, 15, 23, 26})
+_SQLITE_UNAVAILABLE: Final = frozenset({7, 10, 11, 13, 14, 15, 23, 26})
+# PERM, READONLY: this process may not write the database (a file, a directory or a
+# connection that is read-only); READONLY_DBMOVED is the file vanishing, not a privilege
+_SQLITE_PERMISSION: Final = frozenset({3, 8})
+_SQLITE_READONLY_DBMOVED: Final = 1032
+_PG_INSUFFICIENT_PRIVILEGE: Final = "42501"
 # PostgreSQL SQLSTATEs a whole transaction may simply be retried after: serialization
 # failure, deadlock, lock timeout. (Unique violations are not among them: cadence-store's
 # own writes cannot collide under its locks, so one comes from a host's rows.)
@@ -138,6 +152,12 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
         return StoreUnavailableError("run-store-not-a-database", detail)
     if is_authentication_failure(error):
         return StoreUnavailableError("run-store-auth-failed", detail)
+    if state == _PG_INSUFFICIENT_PRIVILEGE:
+        return StorePermissionError("run-store-permission-denied", detail, engine="postgresql")
+    if code in _SQLITE_PERMISSION:
+        if getattr(orig, "sqlite_errorcode", None) == _SQLITE_READONLY_DBMOVED:
+            return StoreUnavailableError("run-store-unavailable", detail)
+        return StorePermissionError("run-store-permission-denied", detail, engine="sqlite")
     if code in _SQLITE_BUSY or state in RETRYABLE_SQLSTATES:
         return StoreBusyError("run-store-busy", detail)
     if code in _SQLITE_UNAVAILABLE or invalidated:
@@ -159,7 +179,10 @@ def translate_host_error(error: BaseException) -> CadenceStoreError:
     unchanged fails again. An unreachable or busy database stays what it is (an outage
     or a race is no fault of the host's statement)."""
     translated = translate_database_error(error, WRITE)
-    if translated.code == f"run-store-{WRITE}-failed":
+    host_table_refused = (
+        isinstance(translated, StorePermissionError) and translated.engine == "postgresql"
+    )
+    if translated.code == f"run-store-{WRITE}-failed" or host_table_refused:
         return HostWriteError(error, translated.detail)
     return translated
 

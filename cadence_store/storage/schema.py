@@ -33,6 +33,7 @@ from ..errors import (
     SchemaOutOfDateError,
     StoreBusyError,
     StoreFormatError,
+    StorePermissionError,
 )
 from . import legacy
 from . import sqlite_pragmas as pragmas
@@ -282,13 +283,15 @@ def _enter_store_schema(connection: Connection, schema: str | None) -> None:
 
 
 def _migration_failure(error: Exception) -> Exception:
-    """Busy and unavailable databases keep their codes; any other failure of a step is
-    the migration's (classified by result code or SQLSTATE, as everywhere)."""
+    """Busy, unavailable and refused (a privilege) databases keep their codes; any other
+    failure of a step is the migration's (classified by result code or SQLSTATE, as
+    everywhere)."""
     if isinstance(error, CadenceStoreError):
         return error
     if is_database_error(error):
         translated = translate_database_error(error, WRITE)
-        if isinstance(translated, StoreBusyError) or translated.code == "run-store-unavailable":
+        kept = isinstance(translated, StoreBusyError | StorePermissionError)
+        if kept or translated.code == "run-store-unavailable":
             return translated
     return MigrationError("run-store-migration-failed", f"{type(error).__name__}: {error}")
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from ..errors import LeaseFencedError, RunNotFoundError
 from ..journal import OperationLease, RunProjection, js_stringify
 from ..journal.validation import require_callable, require_operation_id
 from ..journal.values import ApprovalProof, BindDelivery, Transition
@@ -169,11 +170,17 @@ def bind_delivery_atomically(
         run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
     )
     require_callable(write, "delivery-binding-write-invalid")
-    return HostCall(
-        lambda runs: runs.bind_deliveries_once([request]),
-        _replay_first(run_id, operation_id, DELIVERY_BOUND),
-        write,
-    )
+
+    def journal(runs: RunRepository) -> tuple[RunProjection, bool]:
+        if not request.run_id:
+            # the batch call's `!runId` rule is not the single call's: cadence 1.x checks
+            # the lease (another run's: fenced), then finds no run with the empty id
+            if request.lease is not None:
+                raise LeaseFencedError("lease-fenced")
+            raise RunNotFoundError("run-not-found")
+        return runs.bind_deliveries_once([request])
+
+    return HostCall(journal, _replay_first(run_id, operation_id, DELIVERY_BOUND), write)
 
 
 def bind_deliveries_atomically(

@@ -217,8 +217,8 @@ class DirectWrites:
                 transaction.begin_again()
             result = work(repository)
             commit()
-            if transaction.wake_pending:
-                transaction.wake_followers_if_appended(self._engine)
+            if transaction.commit_pending:
+                transaction.committed(self._engine)
         except BaseException as error:
             # The failure that got us here stays authoritative (the journal's own calls
             # are coded already; BEGIN's and COMMIT's are coded here).

@@ -73,7 +73,7 @@ def finish(transaction: JournalTransaction, connection: Connection, *, commit: b
             transaction.assert_open()
             with host_errors():
                 connection.commit()
-            transaction.wake_followers_if_appended(connection.engine)
+            transaction.committed(connection.engine)
             return
     except BaseException:
         rollback_quietly(session, connection)

@@ -10,6 +10,7 @@ import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -32,12 +33,7 @@ def recipe_source() -> str:
     return match.group(1)
 
 
-def test_a_replayed_request_adds_one_event_and_one_host_row(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    upgrade(database_url)
-    with RunStore(database_url, root_hash=ROOT_HASH) as store:
-        run = store.start_run("abel-implement", change="recipe", operation_id="start-1")
+def _load_recipe(database_url: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     monkeypatch.setenv(
         "CADENCE_STORE_URL", async_database_url(database_url).render_as_string(hide_password=False)
     )
@@ -47,6 +43,16 @@ def test_a_replayed_request_adds_one_event_and_one_host_row(
     recipe = types.ModuleType("readme_fastapi_recipe")
     monkeypatch.setitem(sys.modules, recipe.__name__, recipe)
     exec(compile(recipe_source(), "README.md#recipe-fastapi", "exec"), recipe.__dict__)
+    return recipe
+
+
+def test_a_replayed_request_adds_one_event_and_one_host_row(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upgrade(database_url)
+    with RunStore(database_url, root_hash=ROOT_HASH) as store:
+        run = store.start_run("abel-implement", change="recipe", operation_id="start-1")
+    recipe = _load_recipe(database_url, monkeypatch)
 
     with TestClient(recipe.app) as client:
         answers = [
@@ -68,3 +74,31 @@ def test_a_replayed_request_adds_one_event_and_one_host_row(
         engine.dispose()
     assert [tuple(row) for row in audit] == [(run.run_id, "pause-req-1")]
     assert events == 2  # run-created, and one state-transitioned for four requests
+
+
+def test_coded_errors_are_http_answers(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """404 for an unknown run, 409 for a request that contradicts the journal, 422 for
+    invalid input: each with its code, nothing written."""
+    upgrade(database_url)
+    with RunStore(database_url, root_hash=ROOT_HASH) as store:
+        run = store.start_run("abel-implement", change="recipe", operation_id="start-1")
+        other = store.start_run("abel-implement", change="other", operation_id="start-2")
+    recipe = _load_recipe(database_url, monkeypatch)
+
+    with TestClient(recipe.app) as client:
+
+        def pause(run_id: str, request_id: str) -> Any:
+            return client.post(f"/runs/{run_id}/pause", headers={"Request-Id": request_id})
+
+        unknown = pause("no-such-run", "req-1")
+        assert (unknown.status_code, unknown.json()) == (404, {"error": "run-not-found"})
+        # the run's start took this id: the request contradicts what is recorded
+        conflict = pause(run.run_id, "start-1")
+        assert (conflict.status_code, conflict.json()) == (409, {"error": "operation-id-conflict"})
+        assert pause(run.run_id, "req-1").status_code == 200
+        invalid = pause(other.run_id, "not an id")
+        assert (invalid.status_code, invalid.json()) == (422, {"error": "invalid-operation-id"})
+
+    with RunStore(database_url, root_hash=ROOT_HASH) as store:
+        assert len(store.list_events(run.run_id)) == 2
+        assert len(store.list_events(other.run_id)) == 1

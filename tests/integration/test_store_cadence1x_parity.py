@@ -4,20 +4,24 @@ surrogates in outcomes, and `to_dict()` without cadence-store's additions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from integration.conftest_migrations import copy_fixture, edit_sqlite, sqlite_url, store_entry
+from support import ROOT_HASH
 
 import cadence_store
 from cadence_store import (
+    AsyncRunStore,
     InvalidInputError,
     LeaseFencedError,
     OperationConflictError,
     RunNotFoundError,
     RunStore,
 )
+from cadence_store.async_store import async_database_url
 
 A = "a" * 64
 B = "b" * 64
@@ -163,3 +167,44 @@ def test_a_journal_receipt_is_never_turned_into_a_lease(store, rejected):
     with rejected(OperationConflictError, "operation-id-conflict"):
         store.acquire_lease(run.run_id, "t1", 1_000)
     assert store.transition(run.run_id, "paused", operation_id="t1").sequence == 2
+
+
+@pytest.mark.run_store_only
+def test_bind_delivery_atomically_with_an_empty_run_id_answers_as_cadence_1x(
+    store, rejected, store_url, clock
+):
+    """cadence 1.x's single call checks the lease, then the run (`run-not-found`); only
+    the batch call refuses an empty run id up front (its `!runId`)."""
+    other = store.start_run("abel-implement", change="other", operation_id="s1")
+    stale = store.acquire_lease(other.run_id, "apply", 60_000)
+    live = store.acquire_lease(other.run_id, "apply", 60_000, preempt=True)
+    calls: list[object] = []
+
+    def bind(**extra):
+        return store.bind_delivery_atomically(
+            "", "gate-a", 1, A, operation_id="b1", write=calls.append, **extra
+        )
+
+    with rejected(RunNotFoundError, "run-not-found"):
+        bind()
+    for lease in (stale, live):
+        with rejected(LeaseFencedError, "lease-fenced"):
+            bind(lease=lease)
+    request = {"run_id": "", "gate": "gate-a", "revision": 1, "receipt_hash": A,
+               "operation_id": "b1"}  # fmt: skip
+    with rejected(InvalidInputError, "delivery-binding-write-invalid"):
+        store.bind_deliveries_atomically([request], write=calls.append)
+
+    async def through_the_async_store(lease: object = None) -> None:
+        async with AsyncRunStore(
+            async_database_url(store_url), root_hash=ROOT_HASH, clock=clock
+        ) as async_store:
+            await async_store.bind_delivery_atomically(
+                "", "gate-a", 1, A, operation_id="b1", write=calls.append, lease=lease
+            )
+
+    with rejected(RunNotFoundError, "run-not-found"):
+        asyncio.run(through_the_async_store())
+    with rejected(LeaseFencedError, "lease-fenced"):
+        asyncio.run(through_the_async_store(stale))
+    assert calls == []

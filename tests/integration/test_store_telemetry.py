@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 from support import ROOT_HASH
 from telemetry_support import Telemetry, installed
 
 import cadence_store
-from cadence_store import AsyncRunStore, CadenceStoreError, RunStore, upgrade
+from cadence_store import AsyncRunStore, CadenceStoreError, RunRepository, RunStore, upgrade
 from cadence_store.async_store import async_database_url
 from cadence_store.telemetry import UNIT_OF_WORK_SPAN
 
@@ -163,6 +165,112 @@ def test_no_span_attribute_or_log_record_holds_a_lease_token_or_password(
         texts.append(str(span.status.description))
     assert texts
     assert not [text for text in texts for secret in secrets if secret in text]
+
+
+# -- the appended counter counts what was committed ----------------------------------------
+
+APPENDED = "cadence_store.events.appended"
+
+
+class Refused(Exception):
+    """The host's own failure, raised to roll a transaction back."""
+
+
+@pytest.fixture
+def dangling_row(db):
+    """A host table whose deferred foreign key fails only at COMMIT."""
+    with db.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TABLE fk_probe (run_id TEXT REFERENCES runs(run_id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+    return text("INSERT INTO fk_probe (run_id) VALUES ('no-such-run')")
+
+
+@pytest.mark.run_store_only
+def test_appends_the_store_rolled_back_are_not_counted(store, telemetry, dangling_row):
+    """RunStore and a unit of work: a `write=` that raises, a block that raises, a commit
+    that fails count nothing; what commits counts once."""
+    run = store.start_run("abel-implement", change="counted", operation_id="s1")
+    with installed().recording() as counted:
+
+        def refuse(_session: Any) -> None:
+            raise Refused
+
+        with pytest.raises(Refused):
+            store.transition_atomically(run.run_id, "paused", operation_id="t1", write=refuse)
+        with pytest.raises(CadenceStoreError):  # the host's row fails at COMMIT
+            store.transition_atomically(
+                run.run_id, "paused", operation_id="t1", write=lambda s: s.execute(dangling_row)
+            )
+        with pytest.raises(Refused), store.unit_of_work() as uow:
+            uow.runs.transition(run.run_id, "paused", operation_id="t2")
+            raise Refused
+        with pytest.raises(CadenceStoreError), store.unit_of_work() as uow:
+            uow.runs.transition(run.run_id, "paused", operation_id="t3")
+            uow.session.execute(dangling_row)
+        assert counted.metric(APPENDED) == 0
+        assert len(store.list_events(run.run_id)) == 1  # nothing was kept
+
+        store.transition_atomically(run.run_id, "paused", operation_id="t4", write=lambda s: None)
+        with store.unit_of_work() as uow:
+            uow.runs.transition(run.run_id, "validating-delivery", operation_id="t5")
+            uow.runs.transition(run.run_id, "ready", operation_id="t6")
+        assert counted.metric(APPENDED) == 3 == len(store.list_events(run.run_id)) - 1
+
+
+@pytest.mark.run_store_only
+def test_appends_a_host_rolled_back_are_not_counted(store, store_url, clock, telemetry):
+    """RunRepository in a host session: counted when the host commits, never when it
+    rolls back (by an exception or by `rollback()`)."""
+    run = store.start_run("abel-implement", change="counted", operation_id="s1")
+    host = create_engine(store_url)
+    try:
+        with installed().recording() as counted:
+            with pytest.raises(Refused), Session(host) as session, session.begin():
+                RunRepository(session, root_hash=ROOT_HASH, clock=clock).transition(
+                    run.run_id, "paused", operation_id="t1"
+                )
+                raise Refused
+            with Session(host) as session:
+                runs = RunRepository(session, root_hash=ROOT_HASH, clock=clock)
+                runs.transition(run.run_id, "paused", operation_id="t2")
+                session.rollback()
+                assert counted.metric(APPENDED) == 0
+                runs.transition(run.run_id, "paused", operation_id="t3")
+                session.commit()
+            assert counted.metric(APPENDED) == 1 == len(store.list_events(run.run_id)) - 1
+    finally:
+        host.dispose()
+
+
+@pytest.mark.run_store_only
+def test_appends_an_async_unit_of_work_rolled_back_are_not_counted(
+    store, store_url, clock, telemetry
+):
+    run = store.start_run("abel-implement", change="counted", operation_id="s1")
+    async_url = async_database_url(store_url).render_as_string(hide_password=False)
+
+    async def units() -> None:
+        async with AsyncRunStore(async_url, root_hash=ROOT_HASH, clock=clock) as async_store:
+            with pytest.raises(Refused):
+                async with async_store.unit_of_work() as uow:
+                    await uow.runs.transition(run.run_id, "paused", operation_id="t1")
+                    raise Refused
+
+            def refuse(_session: Any) -> None:
+                raise Refused
+
+            with pytest.raises(Refused):
+                await async_store.transition_atomically(
+                    run.run_id, "paused", operation_id="t2", write=refuse
+                )
+            async with async_store.unit_of_work() as uow:
+                await uow.runs.transition(run.run_id, "paused", operation_id="t3")
+
+    with installed().recording() as counted:
+        asyncio.run(units())
+        assert counted.metric(APPENDED) == 1 == len(store.list_events(run.run_id)) - 1
 
 
 # -- the async classes ------------------------------------------------------------------

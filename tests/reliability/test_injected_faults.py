@@ -32,6 +32,7 @@ from cadence_store import (
     CadenceStoreError,
     OperationLease,
     RunStore,
+    StorePermissionError,
     StoreUnavailableError,
 )
 
@@ -642,8 +643,9 @@ def test_a_read_only_sqlite_database_refuses_writes_and_stays_intact(
         for number, attempt in enumerate(_writes(store, run.run_id, lease)):
             with pytest.raises(CadenceStoreError) as info:
                 attempt()
-            assert isinstance(info.value, StoreUnavailableError), (number, info.value)
-            assert info.value.code == "run-store-unavailable", (number, info.value)
+            assert isinstance(info.value, StorePermissionError), (number, info.value)
+            assert info.value.code == "run-store-permission-denied", (number, info.value)
+            assert not info.value.retryable
         store.verify_integrity(run.run_id)
         store.close()
     finally:
@@ -658,9 +660,9 @@ def test_a_read_only_url_given_to_the_store_itself(sqlite_database_url: str, clo
         run = writer.start_run("abel-implement", change="frozen", operation_id="s1")
     digest = _sha256(path)
     with RunStore(f"sqlite:///file:{path}?mode=ro&uri=true", root_hash=ROOT_HASH) as store:
-        with pytest.raises(StoreUnavailableError) as info:
+        with pytest.raises(StorePermissionError) as info:
             store.transition(run.run_id, "paused", operation_id="t1")
-        assert info.value.code == "run-store-unavailable"
+        assert info.value.code == "run-store-permission-denied"
         assert store.verify_integrity(run.run_id).sequence == 1
     assert _sha256(path) == digest
 

@@ -647,6 +647,8 @@ OUTCOMES = [
 # no lease two times in three
 LEASE_CHOICE = st.one_of(st.none(), st.none(), st.integers(0, 50))
 MISSING_RUN = "00000000-0000-4000-8000-000000000000"
+# the bind rules' run choice for the empty run id (only the batch call refuses it up front)
+EMPTY_RUN_CHOICE = 10
 
 
 @dataclass
@@ -891,6 +893,8 @@ class StoreMachine(RuleBasedStateMachine):
         lease_json, now = self._lease_json(handle), self.clock.now
 
         def model_call() -> str:
+            if how == "batch" and not run_id:
+                raise ModelError("delivery-binding-write-invalid")  # the batch's `!runId`
             result = self.model.bind_delivery(
                 run_id, gate, revision, receipt, op, proof, lease_json, now
             )
@@ -1010,14 +1014,14 @@ class StoreMachine(RuleBasedStateMachine):
         op: str,
         lease: int | None,
     ) -> None:
-        run_id = self._pick_run(run)
+        run_id = "" if run == EMPTY_RUN_CHOICE else self._pick_run(run)
         handle = self._handle(lease, run_id)
         args = (run_id, gate, revision, RECEIPTS[receipt], PROOFS[proof], op, handle, how)
         self._remember(self._bind_delivery, *args)
         self._bind_delivery(*args)
 
     @rule(
-        run=st.integers(0, 9),
+        run=st.integers(0, EMPTY_RUN_CHOICE),
         gate=st.sampled_from(["gate-a", "gate-b"]),
         revision=st.integers(1, 3),
         receipt=st.integers(0, 1),
@@ -1029,7 +1033,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._bind("plain", **arguments)
 
     @rule(
-        run=st.integers(0, 9),
+        run=st.integers(0, EMPTY_RUN_CHOICE),
         gate=st.sampled_from(["gate-a", "gate-b"]),
         revision=st.integers(1, 3),
         receipt=st.integers(0, 1),
@@ -1041,7 +1045,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._bind("atomically", **arguments)
 
     @rule(
-        run=st.integers(0, 9),
+        run=st.integers(0, EMPTY_RUN_CHOICE),
         gate=st.sampled_from(["gate-a", "gate-b"]),
         revision=st.integers(1, 3),
         receipt=st.integers(0, 1),
