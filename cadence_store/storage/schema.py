@@ -38,6 +38,7 @@ from . import legacy
 from . import sqlite_pragmas as pragmas
 from .dialects import POSTGRESQL
 from .engine import (
+    begin_write,
     create_store_engine,
     enable_wal,
     is_postgresql,
@@ -207,14 +208,11 @@ def migration_transaction(engine: Engine, schema: str | None = None) -> Iterator
         if options:
             connection.execution_options(**options)
         try:
-            if is_sqlite(connection):
-                connection.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                connection.begin()
-                if is_postgresql(connection):
-                    connection.exec_driver_sql(
-                        "SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID}
-                    )
+            begin_write(connection)  # IMMEDIATE on SQLite, configured by the host or not
+            if is_postgresql(connection):
+                connection.exec_driver_sql(
+                    "SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID}
+                )
             if schema is not None:
                 quoted = connection.dialect.identifier_preparer.quote_schema(schema)
                 connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
