@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
 from ..journal import js_stringify
+from ..storage.database_url import sync_twin_url
 from ..storage.engine import (
     create_store_engine,
     masked_url,
@@ -36,7 +37,10 @@ from . import render
 F = TypeVar("F", bound=Callable[..., Any])
 _URLS_KEY = "cadence_store.urls"
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-SUPPORTED_URLS = "postgresql+psycopg://USER@HOST/DB or sqlite:///PATH"
+SUPPORTED_URLS = (
+    "postgresql+psycopg://USER@HOST/DB (postgres:// and postgresql:// mean psycopg too) "
+    "or sqlite:///PATH"
+)
 
 
 # -- the group: one place that turns expected failures into `error: <code>` ---------------
@@ -100,9 +104,8 @@ def main() -> None:
     """
 
 
-def _missing_driver(url: str) -> InvalidInputError | None:
+def _missing_driver(parsed: URL) -> InvalidInputError | None:
     """The refusal for a URL whose database driver is not installed, else None."""
-    parsed = make_url(url)
     try:
         parsed.get_dialect().import_dbapi()
     except ImportError as error:
@@ -115,17 +118,29 @@ def _missing_driver(url: str) -> InvalidInputError | None:
     return None
 
 
+def _sync_form(parsed: URL) -> URL | None:
+    """An async URL's sync twin (the commands run sync), else None: the URL stays as it
+    was given."""
+    twin = sync_twin_url(parsed)
+    return twin if twin is not None and twin.drivername != parsed.drivername else None
+
+
 def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A database URL that parses and whose driver is installed, refused up front
-    (`invalid-database-url` / `database-driver-missing` / `in-memory-database-refused`,
-    exit 2)."""
+    """A database URL that parses with the store's own parser (every form `RunStore`
+    takes: `postgres://`, the libpq multi-host form...) and whose driver is installed,
+    refused up front (`invalid-database-url` / `database-driver-missing` /
+    `in-memory-database-refused`, exit 2). An async URL becomes its sync twin."""
     if not value:
         return value
     remember(value)
+    parsed = parse_url(value)
+    twin = _sync_form(parsed)
+    if twin is not None:
+        parsed, value = twin, twin.render_as_string(hide_password=False)
+        remember(value)
     try:
-        parsed = make_url(value)
-        missing_driver = _missing_driver(value)
-    except (ArgumentError, ValueError) as error:
+        missing_driver = _missing_driver(parsed)
+    except (ArgumentError, ValueError) as error:  # an unknown dialect
         raise InvalidInputError("invalid-database-url", str(error)) from None
     if missing_driver is not None:
         raise missing_driver
