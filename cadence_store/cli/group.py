@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
+from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError, StateRootError
 from ..journal import js_stringify
 from ..storage.database_url import sync_twin_url
 from ..storage.engine import (
@@ -29,12 +29,13 @@ from ..storage.engine import (
     sqlite_path_has_nul,
 )
 from ..storage.failures import translate_database_error
-from ..storage.schema import upgrade_command
+from ..storage.schema import upgrade, upgrade_command
 from ..store.run_store import RunStore
 from ..store.state_root import StateRoot, consumer_root_hash, resolve_state_root
 from . import render
 
 F = TypeVar("F", bound=Callable[..., Any])
+INSIDE_CONSUMER = "state-root-inside-consumer"
 _URLS_KEY = "cadence_store.urls"
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 SUPPORTED_URLS = (
@@ -211,14 +212,19 @@ def default_root_hash() -> str:
     return consumer_root_hash(os.getcwd())
 
 
+def _missing_store_file(url: str) -> str | None:
+    """The path of the SQLite file `url` names if it does not exist, else None."""
+    engine = create_store_engine(url)
+    try:
+        return missing_sqlite_file(engine)
+    finally:
+        engine.dispose()
+
+
 def require_store_file(url: str) -> None:
     """Refuse a SQLite file that does not exist (connecting would create an empty one),
     with the code `RunStore` gives the same case: `run-store-upgrade-required`."""
-    engine = create_store_engine(url)
-    try:
-        missing = missing_sqlite_file(engine)
-    finally:
-        engine.dispose()
+    missing = _missing_store_file(url)
     if missing is not None:
         command = upgrade_command(url)
         raise SchemaOutOfDateError(f"{missing} does not exist; run: {command}", command=command)
@@ -236,8 +242,33 @@ def schema_for(url: str | None, schema: str | None = None) -> str | None:
     return schema or given or os.environ.get("CADENCE_STORE_SCHEMA") or None
 
 
+def create_store_file(url: str) -> None:
+    """Create a SQLite file that does not exist yet, at head (what `demo --url` and
+    `copy --to` write into); any other database is left to the command's own checks."""
+    if _missing_store_file(url) is not None:
+        upgrade(url)
+
+
+def embedded_root() -> StateRoot:
+    """The state root of the current directory's embedded store, or a refusal that says
+    what it means and what to do."""
+    cwd = os.getcwd()
+    try:
+        return resolve_state_root(cwd)
+    except StateRootError as error:
+        if error.code != INSIDE_CONSUMER:
+            raise
+        raise StateRootError(
+            INSIDE_CONSUMER,
+            f"without --url a command uses the embedded store of the current directory "
+            f"({cwd}), kept under $XDG_STATE_HOME or ~/.local/state; that is inside "
+            "this directory (as when run from the home directory), where a store is never "
+            "kept",
+        ) from None
+
+
 def no_embedded_store() -> SchemaOutOfDateError:
-    root = resolve_state_root(os.getcwd())
+    root = embedded_root()
     return SchemaOutOfDateError(
         f"no embedded store exists yet for {root.consumer_root} (a command that writes, "
         "or upgrade, creates it); run: cadence-store upgrade"
@@ -250,7 +281,7 @@ def open_store(url: str | None, *, root_hash: str | None = None, create: bool = 
     if url:
         remember(url)
         return RunStore(url, root_hash=root_hash, schema=schema_for(url))
-    root = resolve_state_root(os.getcwd())
+    root = embedded_root()
     if not create and not _embedded_store_exists(root):
         raise no_embedded_store()
     return RunStore.open(root)

@@ -134,6 +134,11 @@ def hint(error: errors.CadenceStoreError) -> str:
             "the database refused a statement of cadence-store's (a missing or altered "
             "table?); nothing was kept: check `cadence-store info` and restore the schema"
         )
+    if error.code == "state-root-inside-consumer":
+        return (
+            "run it from your project's directory, or name a database: --url "
+            "sqlite:///PATH (or $CADENCE_STORE_URL); `cadence-store demo` works anywhere"
+        )
     for error_type, text in _CLASS_HINTS:
         if isinstance(error, error_type):
             return text
