@@ -4,7 +4,8 @@ Sections (add new fixtures to the matching section, or a new one at the end):
 
 0. A hermetic environment            (HOME, XDG_*, CADENCE_STORE_*)
 1. Command-line options and markers  (--slow)
-2. PostgreSQL                        (postgres_url, pg_database_url)
+2. PostgreSQL                        (postgres_url, pg_database_url,
+                                      pg_module_database_url)
 3. SQLite                            (sqlite_database_url)
 4. Both engines                      (database_url: every test taking it runs on
                                       "sqlite" and "postgresql")
@@ -27,6 +28,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -131,17 +133,31 @@ def _pg_admin_engine(postgres_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def pg_database_url(postgres_url: str, _pg_admin_engine: Engine) -> Iterator[str]:
-    """URL of a fresh, empty PostgreSQL database, dropped (WITH FORCE) after the test."""
+@contextmanager
+def _fresh_pg_database(postgres_url: str, admin_engine: Engine) -> Iterator[str]:
     name = f"t_{secrets.token_hex(8)}"
-    with _pg_admin_engine.connect() as conn:
+    with admin_engine.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
         yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with _pg_admin_engine.connect() as conn:
+        with admin_engine.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def pg_database_url(postgres_url: str, _pg_admin_engine: Engine) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped (WITH FORCE) after the test."""
+    with _fresh_pg_database(postgres_url, _pg_admin_engine) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def pg_module_database_url(postgres_url: str, _pg_admin_engine: Engine) -> Iterator[str]:
+    """URL of a fresh PostgreSQL database shared by one module's tests (each test keeps
+    to rows of its own), dropped after the module."""
+    with _fresh_pg_database(postgres_url, _pg_admin_engine) as url:
+        yield url
 
 
 # --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..errors import InvalidInputError
+from ..storage.database_url import sync_twin_url
 from ..storage.engine import parse_url, store_engine_arguments, use_store_pragmas
 
 # A synchronous driver's URL names the async driver of the same database.
@@ -40,20 +41,6 @@ def create_async_store_engine(url: str | URL, **engine_options: Any) -> AsyncEng
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None
     use_store_pragmas(engine.sync_engine)
     return engine
-
-
-def sync_twin_url(url: URL) -> URL | None:
-    """The same database through its sync driver (pysqlite, psycopg), for the worker
-    thread that serves `AsyncRunStore`'s calls without host callbacks; None where there is
-    no such twin (an in-memory SQLite database is private to its connection)."""
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "sqlite" and driver == "aiosqlite":
-        if url.database in (None, "", ":memory:") or "mode=memory" in str(url):
-            return None
-        return url.set(drivername="sqlite+pysqlite")
-    if backend == "postgresql" and driver in ("psycopg", "psycopg_async"):
-        return url.set(drivername="postgresql+psycopg")
-    return None
 
 
 __all__ = ["async_database_url", "create_async_store_engine", "sync_twin_url"]

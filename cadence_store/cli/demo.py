@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 import uuid
 from collections.abc import Callable
 
 import click
 
-from ..errors import LeaseFencedError
+from ..errors import LeaseFencedError, StateRootError
 from ..journal import ApprovalProof
 from ..storage.engine import url_argument
 from ..store.run_store import RunStore
-from .group import default_root_hash, describe, main, opened, url_option
+from .group import (
+    create_store_file,
+    default_root_hash,
+    describe,
+    embedded_root,
+    main,
+    opened,
+    remember,
+    url_option,
+)
 
 
 def _sha(text: str) -> str:
@@ -99,15 +110,34 @@ def run_demo(
     echo(f"Look around: cadence-store runs{where}; cadence-store show {run.run_id}{where}")
 
 
+def _temporary_store_url() -> str:
+    """A new SQLite file in a private temporary directory (0700), kept after the demo so
+    that its suggested commands work."""
+    directory = tempfile.mkdtemp(prefix="cadence-store-demo-")
+    return f"sqlite:///{os.path.join(directory, 'demo.sqlite3')}"
+
+
 @main.command()
 @url_option
 def demo(url: str | None) -> None:
     """A scripted lifecycle on the embedded store: runs, bindings, leases, verification.
 
-    Prints every step and where the store lives.
+    Prints every step and where the store lives. Where the current directory cannot
+    have an embedded store (run from the home directory), the demo uses a new store in
+    a temporary directory instead; with --url it uses that database (a SQLite file that
+    does not exist yet is created).
 
     \b
     Example: cadence-store demo
+    Example: cadence-store demo --url sqlite:///demo.sqlite3
     """
+    if url is None:
+        try:
+            embedded_root()
+        except StateRootError as error:
+            url = remember(_temporary_store_url())
+            click.echo(f"No embedded store here ({error.code}): using a temporary store.")
+    if url is not None:
+        create_store_file(url)
     with opened(url, root_hash=default_root_hash() if url else None, create=True) as store:
         run_demo(store, describe(store), click.echo, url=url)

@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError
+from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError, StateRootError
 from ..journal import js_stringify
+from ..storage.database_url import sync_twin_url
 from ..storage.engine import (
     create_store_engine,
     masked_url,
@@ -28,15 +29,19 @@ from ..storage.engine import (
     sqlite_path_has_nul,
 )
 from ..storage.failures import translate_database_error
-from ..storage.schema import upgrade_command
+from ..storage.schema import upgrade, upgrade_command
 from ..store.run_store import RunStore
 from ..store.state_root import StateRoot, consumer_root_hash, resolve_state_root
 from . import render
 
 F = TypeVar("F", bound=Callable[..., Any])
+INSIDE_CONSUMER = "state-root-inside-consumer"
 _URLS_KEY = "cadence_store.urls"
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-SUPPORTED_URLS = "postgresql+psycopg://USER@HOST/DB or sqlite:///PATH"
+SUPPORTED_URLS = (
+    "postgresql+psycopg://USER@HOST/DB (postgres:// and postgresql:// mean psycopg too) "
+    "or sqlite:///PATH"
+)
 
 
 # -- the group: one place that turns expected failures into `error: <code>` ---------------
@@ -100,9 +105,8 @@ def main() -> None:
     """
 
 
-def _missing_driver(url: str) -> InvalidInputError | None:
+def _missing_driver(parsed: URL) -> InvalidInputError | None:
     """The refusal for a URL whose database driver is not installed, else None."""
-    parsed = make_url(url)
     try:
         parsed.get_dialect().import_dbapi()
     except ImportError as error:
@@ -115,17 +119,29 @@ def _missing_driver(url: str) -> InvalidInputError | None:
     return None
 
 
+def _sync_form(parsed: URL) -> URL | None:
+    """An async URL's sync twin (the commands run sync), else None: the URL stays as it
+    was given."""
+    twin = sync_twin_url(parsed)
+    return twin if twin is not None and twin.drivername != parsed.drivername else None
+
+
 def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A database URL that parses and whose driver is installed, refused up front
-    (`invalid-database-url` / `database-driver-missing` / `in-memory-database-refused`,
-    exit 2)."""
+    """A database URL that parses with the store's own parser (every form `RunStore`
+    takes: `postgres://`, the libpq multi-host form...) and whose driver is installed,
+    refused up front (`invalid-database-url` / `database-driver-missing` /
+    `in-memory-database-refused`, exit 2). An async URL becomes its sync twin."""
     if not value:
         return value
     remember(value)
+    parsed = parse_url(value)
+    twin = _sync_form(parsed)
+    if twin is not None:
+        parsed, value = twin, twin.render_as_string(hide_password=False)
+        remember(value)
     try:
-        parsed = make_url(value)
-        missing_driver = _missing_driver(value)
-    except (ArgumentError, ValueError) as error:
+        missing_driver = _missing_driver(parsed)
+    except (ArgumentError, ValueError) as error:  # an unknown dialect
         raise InvalidInputError("invalid-database-url", str(error)) from None
     if missing_driver is not None:
         raise missing_driver
@@ -196,14 +212,19 @@ def default_root_hash() -> str:
     return consumer_root_hash(os.getcwd())
 
 
+def _missing_store_file(url: str) -> str | None:
+    """The path of the SQLite file `url` names if it does not exist, else None."""
+    engine = create_store_engine(url)
+    try:
+        return missing_sqlite_file(engine)
+    finally:
+        engine.dispose()
+
+
 def require_store_file(url: str) -> None:
     """Refuse a SQLite file that does not exist (connecting would create an empty one),
     with the code `RunStore` gives the same case: `run-store-upgrade-required`."""
-    engine = create_store_engine(url)
-    try:
-        missing = missing_sqlite_file(engine)
-    finally:
-        engine.dispose()
+    missing = _missing_store_file(url)
     if missing is not None:
         command = upgrade_command(url)
         raise SchemaOutOfDateError(f"{missing} does not exist; run: {command}", command=command)
@@ -221,8 +242,33 @@ def schema_for(url: str | None, schema: str | None = None) -> str | None:
     return schema or given or os.environ.get("CADENCE_STORE_SCHEMA") or None
 
 
+def create_store_file(url: str) -> None:
+    """Create a SQLite file that does not exist yet, at head (what `demo --url` and
+    `copy --to` write into); any other database is left to the command's own checks."""
+    if _missing_store_file(url) is not None:
+        upgrade(url)
+
+
+def embedded_root() -> StateRoot:
+    """The state root of the current directory's embedded store, or a refusal that says
+    what it means and what to do."""
+    cwd = os.getcwd()
+    try:
+        return resolve_state_root(cwd)
+    except StateRootError as error:
+        if error.code != INSIDE_CONSUMER:
+            raise
+        raise StateRootError(
+            INSIDE_CONSUMER,
+            f"without --url a command uses the embedded store of the current directory "
+            f"({cwd}), kept under $XDG_STATE_HOME or ~/.local/state; that is inside "
+            "this directory (as when run from the home directory), where a store is never "
+            "kept",
+        ) from None
+
+
 def no_embedded_store() -> SchemaOutOfDateError:
-    root = resolve_state_root(os.getcwd())
+    root = embedded_root()
     return SchemaOutOfDateError(
         f"no embedded store exists yet for {root.consumer_root} (a command that writes, "
         "or upgrade, creates it); run: cadence-store upgrade"
@@ -235,7 +281,7 @@ def open_store(url: str | None, *, root_hash: str | None = None, create: bool = 
     if url:
         remember(url)
         return RunStore(url, root_hash=root_hash, schema=schema_for(url))
-    root = resolve_state_root(os.getcwd())
+    root = embedded_root()
     if not create and not _embedded_store_exists(root):
         raise no_embedded_store()
     return RunStore.open(root)

@@ -19,13 +19,11 @@ from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from .. import errors
 from ..journal.views import RunDetail
 from ..journal.vocabulary import LeaseStanding
-from ..storage.engine import is_secret_parameter, masked_url
+from ..storage.engine import is_secret_parameter, masked_url, parse_url
 
 EXIT_OK: Final = 0
 EXIT_CORRUPT: Final = 1
@@ -76,8 +74,8 @@ def scrub(text: str, urls: Iterable[str] = ()) -> str:
             continue
         text = text.replace(url, masked_url(url))
         try:
-            parsed = make_url(url)
-        except (ArgumentError, ValueError, TypeError):
+            parsed = parse_url(url)  # the multi-host forms too
+        except errors.InvalidInputError:
             continue
         secrets = [str(value) for key, value in parsed.query.items() if is_secret_parameter(key)]
         for secret in filter(None, [str(parsed.password or ""), *secrets]):
@@ -141,6 +139,11 @@ def hint(error: errors.CadenceStoreError) -> str:
         return (
             "the database refused a statement of cadence-store's (a missing or altered "
             "table?); nothing was kept: check `cadence-store info` and restore the schema"
+        )
+    if error.code == "state-root-inside-consumer":
+        return (
+            "run it from your project's directory, or name a database: --url "
+            "sqlite:///PATH (or $CADENCE_STORE_URL); `cadence-store demo` works anywhere"
         )
     for error_type, text in _CLASS_HINTS:
         if isinstance(error, error_type):

@@ -14,13 +14,13 @@ from ..transfer import Progress as TransferProgress
 from ..transfer import copy_store, export_store, import_store
 from .group import (
     checked_url,
+    create_store_file,
     describe,
     main,
     open_input,
     opened,
     progress_bar,
     remember,
-    require_store_file,
     schema_for,
     url_option,
 )
@@ -113,16 +113,17 @@ def import_command(file: str, url: str | None) -> None:
 def copy(source: str | None, destination: str, batch_size: int) -> None:
     """Copy runs, events, operations and bindings to another database, re-verified there.
 
-    The destination must be at head. Re-running is a no-op; a destination holding a
+    The destination must be at head (a SQLite file that does not exist yet is created
+    at head). Re-running is a no-op; a destination holding a
     different run under the same id is refused (run-id-conflict) and left unchanged.
 
     \b
     Example: cadence-store copy --from sqlite:///control.sqlite3 --to postgresql+psycopg://app@db/cadence
     """
     remember(destination)
-    require_store_file(destination)
     destination_schema = schema_for(destination)
     with opened(source) as store, progress_bar() as bar:
+        create_store_file(destination)  # once the source is known to exist
         tasks: dict[str, Any] = {}
 
         def advance(update: TransferProgress) -> None:

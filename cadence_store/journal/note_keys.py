@@ -173,7 +173,7 @@ def _ed25519_module() -> ModuleType:
     except ImportError as error:
         raise InvalidInputError(
             SIGNING_LIBRARY_MISSING,
-            "Ed25519 needs pyca/cryptography: pip install 'cadence-store[sign]'",
+            "Ed25519 needs pyca/cryptography: pip install cryptography (the extra `sign`)",
         ) from error
     return ed25519
 

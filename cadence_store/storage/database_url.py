@@ -167,3 +167,18 @@ def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
             raise _bad(f"unknown connection parameter {key!r}")
         _check_libpq(url, key)
     return url.difference_update_query(PSYCOPG_ARGUMENTS), arguments
+
+
+def sync_twin_url(url: URL) -> URL | None:
+    """The same database through its sync driver (pysqlite, psycopg): for the worker
+    thread that serves `AsyncRunStore`'s calls without host callbacks, and for the command
+    line given an async URL. None where there is no such twin (an in-memory SQLite
+    database is private to its connection)."""
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite" and driver == "aiosqlite":
+        if url.database in (None, "", ":memory:") or "mode=memory" in str(url):
+            return None
+        return url.set(drivername="sqlite+pysqlite")
+    if backend == "postgresql" and driver in ("psycopg", "psycopg_async"):
+        return url.set(drivername="postgresql+psycopg")
+    return None

@@ -31,6 +31,7 @@ parse_url = _parse_url  # callers import it from here
 BUSY_TIMEOUT_MS: Final = 10_000
 
 _immediate_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+_CONFIGURED: Final = "cadence_store.configured"  # a pooled connection's mark (record.info)
 
 
 def is_sqlite(bind: Engine | Connection) -> bool:
@@ -150,15 +151,25 @@ def configure_engine(engine: Engine) -> Engine:
     On connect: foreign_keys, WAL, synchronous=FULL, busy_timeout; every transaction
     begins IMMEDIATE (the pysqlite recipe: the driver's own transaction handling is
     turned off and SQLAlchemy's begin emits the BEGIN). Other engines are returned as
-    they are. Idempotent.
+    they are. Idempotent, and in either order with `upgrade(engine)`: a connection the
+    engine's pool made before is configured when it is next checked out.
     """
     if not is_sqlite(engine) or engine in _immediate_engines:
         return engine
 
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def configure(dbapi_connection: Any, record: Any) -> None:
         dbapi_connection.isolation_level = None
         _set_session_pragmas(dbapi_connection, wal=True)
+        record.info[_CONFIGURED] = True
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        configure(dbapi_connection, record)
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if not record.info.get(_CONFIGURED):
+            configure(dbapi_connection, record)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:

@@ -104,7 +104,6 @@ def test_demo_on_the_embedded_store_suggests_no_url(cli: Any) -> None:
     ("url", "module"),
     [
         ("postgresql+psycopg2://app@db/cadence", "psycopg2"),
-        ("postgresql://app@db/cadence", "psycopg2"),
         ("mysql://app:secret-pw@db/cadence", "MySQLdb"),
     ],
 )
