@@ -55,7 +55,8 @@ IDLE_S: Final = 5.0
 # at most one NOTIFY this often per pool and process: the commits in between share it
 # (each NOTIFY costs the server a transaction; a follower wakes at most this much later)
 NOTIFY_INTERVAL_S: Final = 0.025
-# how long closing a store, or the process ending, waits for the last NOTIFY
+# how long closing a store (its notifier's last NOTIFY and its thread's end), or the
+# process ending, waits
 FLUSH_TIMEOUT_S: Final = 2.0
 
 
@@ -72,6 +73,7 @@ class FeedNotifier:
         self._is_async = is_async
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closing: threading.Thread | None = None  # the thread asked to end (`close`)
         self.pokes = 0  # commits that asked for a NOTIFY
         self.served = 0  # of them, those a NOTIFY was sent (or given up on) for since
         self.sent = 0  # NOTIFY statements sent
@@ -94,18 +96,35 @@ class FeedNotifier:
             target = self.pokes
             return self._changed.wait_for(lambda: self.served >= target, timeout_s)
 
+    def close(self, timeout_s: float) -> None:
+        """Send what is owed, then end the thread and close its connection, waiting for
+        both (at most `timeout_s`): a store's `close` leaves nothing open behind it. A
+        later poke (another store on the same pool) starts another thread."""
+        with self._changed:
+            thread = self._thread
+            if thread is None:
+                return
+            self._closing = thread
+            self._changed.notify_all()
+        thread.join(timeout_s)
+
     def _serve(self) -> None:
         loop = asyncio.new_event_loop() if self._is_async else None
         sender = _Sender(self._pool, loop)
         sent_at = -NOTIFY_INTERVAL_S
+        me = threading.current_thread()
         try:
             while True:
                 with self._changed:
-                    if not self._changed.wait_for(lambda: self.pokes > self.served, IDLE_S):
+                    self._changed.wait_for(
+                        lambda: self.pokes > self.served or self._closing is me, IDLE_S
+                    )
+                    if self.pokes == self.served:  # idle for IDLE_S, or closed with none owed
                         self._thread = None
                         return
-                # commits that come meanwhile share this NOTIFY
-                time.sleep(max(0.0, NOTIFY_INTERVAL_S - (time.monotonic() - sent_at)))
+                    closing = self._closing is me
+                if not closing:  # commits that come meanwhile share this NOTIFY
+                    time.sleep(max(0.0, NOTIFY_INTERVAL_S - (time.monotonic() - sent_at)))
                 with self._changed:
                     upto = self.pokes
                 if sender.send():
@@ -116,7 +135,9 @@ class FeedNotifier:
                     self._changed.notify_all()
         finally:
             with self._changed:
-                if self._thread is threading.current_thread():  # ended by a failure
+                if self._closing is me:
+                    self._closing = None
+                if self._thread is me:  # ended by a failure
                     self._thread = None  # the next poke starts another
                     self.served = self.pokes  # and what is left is given up on
                     self._changed.notify_all()
@@ -128,6 +149,7 @@ class FeedNotifier:
         """The parent's thread (and its lock's state) did not come along."""
         self._changed = threading.Condition()
         self._thread = None
+        self._closing = None
         self.served = self.pokes  # the parent's commits are the parent's to announce
 
 
@@ -234,11 +256,12 @@ def feed_notifier(engine: Engine) -> FeedNotifier:
     return notifier
 
 
-def flush_notifier(engine: Engine, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-    """Send what `engine`'s notifier still owes, if it has one (a store's `close`)."""
+def close_notifier(engine: Engine, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    """Send what `engine`'s notifier still owes, then end its thread and connection, if
+    it has one (a store's `close`)."""
     notifier = _notifiers.get(engine.pool)
     if notifier is not None:
-        notifier.flush(timeout_s)
+        notifier.close(timeout_s)
 
 
 def flush_notifiers(timeout_s: float = FLUSH_TIMEOUT_S) -> None:
@@ -292,8 +315,8 @@ __all__ = [
     "NOTIFY_FEED",
     "NOTIFY_INTERVAL_S",
     "FeedNotifier",
+    "close_notifier",
     "feed_notifier",
-    "flush_notifier",
     "flush_notifiers",
     "wake_followers",
 ]
