@@ -72,30 +72,35 @@ def _lock_if_unnumbered() -> Select[Any]:
 
 
 def _number_unnumbered() -> ClauseElement:
-    """Give every unnumbered event the next positions, oldest first: `recorded_at` (which
-    never decreases along a run), then run id and sequence (a run's events always in
-    order). On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
+    """Give every unnumbered event the next positions: a run's events in sequence order,
+    whatever their stored times, and the runs by time. Each event is placed at the latest
+    `recorded_at` of its run up to it (`run_time`: a store's own appends never go back in
+    time, so that is their own time; an imported run's times may decrease), then by run
+    id and sequence. On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
     transaction, as a statement of its own: its snapshot is then taken after the lock,
     and sees the last numbering."""
     highest = select(func.coalesce(func.max(events.c.feed_position), 0)).scalar_subquery()
-    numbered = (
+    timed = (
         select(
             events.c.run_id,
             events.c.sequence,
-            (
-                highest
-                + func.row_number().over(
-                    order_by=(
-                        events.c.recorded_at.asc().nulls_first(),
-                        events.c.run_id,
-                        events.c.sequence,
-                    )
-                )
-            ).label("position"),
+            func.max(events.c.recorded_at)
+            .over(partition_by=events.c.run_id, order_by=events.c.sequence)
+            .label("run_time"),
         )
         .where(events.c.feed_position.is_(None))
-        .subquery("numbered")
+        .subquery("timed")
     )
+    numbered = select(
+        timed.c.run_id,
+        timed.c.sequence,
+        (
+            highest
+            + func.row_number().over(
+                order_by=(timed.c.run_time.asc().nulls_first(), timed.c.run_id, timed.c.sequence)
+            )
+        ).label("position"),
+    ).subquery("numbered")
     return (
         update(events)
         .where(

@@ -289,3 +289,33 @@ def test_imported_events_get_this_stores_positions(store, tmp_path):
         feed = destination.read_feed()
         assert [key for key in _keys(feed) if key[0] == first] == [(first, 1), (first, 2)]
         assert [item.position for item in feed] == [1, 2, 3, 4]
+
+
+def test_an_imported_run_whose_times_decrease_comes_in_sequence_order(store, tmp_path):
+    """A run imported with `recorded_at` going back in time (an export edited, a cadence
+    1.x store's clock set back) is still given its events in sequence order."""
+    import io
+    import json
+
+    import cadence_store
+    from cadence_store import export_store, import_store
+
+    other = f"sqlite:///{tmp_path}/source.sqlite3"
+    cadence_store.upgrade(other)
+    with RunStore(other, root_hash=ROOT_HASH) as source:
+        run_id = _started(source, "a")
+        source.transition(run_id, "running", operation_id="run-a")
+        out = io.StringIO()
+        export_store(source.engine, out)
+    lines = []
+    for line in out.getvalue().splitlines():
+        record = json.loads(line)
+        for event in record.get("events", []):
+            event["recorded_at"] = 2_000_000_000_000 - event["sequence"]  # decreasing
+        lines.append(json.dumps(record))
+    import_store(store.engine, io.StringIO("\n".join(lines) + "\n"))
+    earlier = _started(store, "b")  # a run of this store's own, numbered before or after
+    feed = store.read_feed()
+    assert _in_run_order(_keys(feed), run_id) == [1, 2, 3]
+    assert _in_run_order(_keys(feed), earlier) == [1, 2]
+    assert store.read_feed(run_id=run_id) == [item for item in feed if item.run_id == run_id]
