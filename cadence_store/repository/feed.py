@@ -8,24 +8,27 @@ the item again from the position that did commit.
 
 from __future__ import annotations
 
+from ..errors import OperationConflictError
 from ..journal import RunEvent
 from ..journal.documents import event_payload
 from ..journal.feed import (
+    FEED_POSITION_BACKWARDS,
     FeedItem,
     require_feed_limit,
     require_feed_position,
     require_follower,
 )
-from ..journal.validation import is_storable, require_run_id_text
+from ..journal.validation import is_storable, require_bool, require_run_id_text
 from ..storage.failures import READ, coded
 from ..storage.feed_statements import (
+    ADVANCE_POSITION,
     FEED_LOCK_IF_UNNUMBERED,
     FEED_PAGE,
     FEED_PAGE_OF_RUN,
     FEED_UNNUMBERED,
     FOLLOWER_POSITION,
     NUMBER_FEED,
-    RECORD_POSITION,
+    REWIND_POSITION,
 )
 from ..storage.rows import FeedRow
 from .core import EVENT_BATCH, RepositoryCore, journal_write
@@ -94,12 +97,22 @@ class RunFeed(RepositoryCore):
         return 0 if row is None else int(row.position)
 
     @journal_write
-    def record_position(self, follower: str, position: int) -> None:
+    def record_position(self, follower: str, position: int, *, rewind: bool = False) -> None:
         """Record that `follower` has applied every item up to `position`, in this
-        transaction (with the host's rows: both commit, or neither)."""
+        transaction (with the host's rows: both commit, or neither).
+
+        A position below the one recorded is refused (`feed-position-backwards`, nothing
+        written): the follower would apply those items again. `rewind=True` moves it back
+        on purpose (a read model rebuilt from an earlier point)."""
         require_follower(follower)
         require_feed_position(position)
-        self._write_statements().write(RECORD_POSITION, follower=follower, position=position)
+        require_bool(rewind, "invalid-rewind")
+        statement = REWIND_POSITION if rewind else ADVANCE_POSITION
+        if not self._write_statements().write(statement, follower=follower, position=position):
+            raise OperationConflictError(
+                FEED_POSITION_BACKWARDS,
+                f"{follower!r} has recorded a later position; rewind=True moves it back",
+            )
 
 
 def _item(row: FeedRow) -> FeedItem:

@@ -122,7 +122,9 @@ def _feed_page(*, of_run: bool) -> Select[Any]:
     return page.order_by(events.c.feed_position).limit(bindparam("limit"))
 
 
-def _record_position(dialect_name: str) -> ClauseElement:
+def _record_position(dialect_name: str, *, forward_only: bool) -> ClauseElement:
+    """The follower's position, inserted or replaced; `forward_only`: replaced only by one
+    at least as far (0 rows written when it would move back)."""
     dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
     statement = dialect_insert(follower_positions).values(
         follower=bindparam("follower"), position=bindparam("position")
@@ -130,6 +132,9 @@ def _record_position(dialect_name: str) -> ClauseElement:
     return statement.on_conflict_do_update(
         index_elements=[follower_positions.c.follower],
         set_={"position": statement.excluded.position},
+        where=(follower_positions.c.position <= statement.excluded.position)
+        if forward_only
+        else None,
     )
 
 
@@ -147,4 +152,9 @@ FOLLOWER_POSITION: Final = Query(
     ),
     FollowerPositionRow,
 )
-RECORD_POSITION: Final = Write("record_position", _record_position)
+ADVANCE_POSITION: Final = Write(
+    "advance_position", lambda dialect: _record_position(dialect, forward_only=True)
+)
+REWIND_POSITION: Final = Write(
+    "rewind_position", lambda dialect: _record_position(dialect, forward_only=False)
+)

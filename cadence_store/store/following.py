@@ -35,6 +35,7 @@ from ..repository.run_repository import RunRepository
 from ..storage.dialects import profile_of
 from ..storage.failures import READ, database_errors
 from ..storage.feed_statements import LISTEN_TO_FEED
+from ..storage.follower_names import FollowerNameHold
 from .runner import Runner
 
 DEFAULT_POLL_S: Final = 0.02
@@ -199,7 +200,7 @@ def follow(
     position = start_position(runner, after, follower)
     if run_id is not None:
         require_run_id_text(run_id)
-    return _follow(runner, position, run_id, require_poll_s(poll_s), stop_check(stop))
+    return _follow(runner, position, run_id, require_poll_s(poll_s), stop_check(stop), follower)
 
 
 def start_position(runner: Runner, after: int, follower: str | None) -> int:
@@ -218,24 +219,33 @@ def _follow(
     run_id: str | None,
     poll_s: float,
     stopped: Callable[[], bool],
+    follower: str | None,
 ) -> Iterator[FeedItem]:
     engine = runner.base_engine
     waker_type = _ListeningWaker if profile_of(engine.dialect).notifies else _PollingWaker
     waker = waker_type(engine, poll_s, stopped)
+    name = None if follower is None else FollowerNameHold(engine, follower)
     retry_s = 0.0
+    lost = False
     try:
+        if name is not None:
+            name.take()  # `follower-in-use` while another follow holds it
         while not stopped():
             try:
+                if lost and name is not None:
+                    name.reaffirm()  # a lost connection may have taken the name with it
                 waker.arm()
                 batch = read_feed(runner, after=position, limit=FEED_BATCH, run_id=run_id)
             except CadenceStoreError as error:
                 if not error.retryable:
                     raise
                 waker.drop()  # lost: listened again, and caught up, on the next turn
+                lost = True
                 waker.pause(retry_s)
                 retry_s = min(MAX_RETRY_S, max(poll_s, retry_s * 2))
                 continue
             retry_s = 0.0
+            lost = False
             for item in batch:
                 yield item
                 position = item.position
@@ -247,5 +257,8 @@ def _follow(
                 except CadenceStoreError as error:
                     if not error.retryable:
                         raise
+                    lost = True
     finally:
         waker.drop()
+        if name is not None:
+            name.release()
