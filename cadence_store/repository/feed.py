@@ -30,7 +30,7 @@ from ..storage.feed_statements import (
     NUMBER_FEED,
     REWIND_POSITION,
 )
-from ..storage.rows import FeedRow
+from ..storage.rows import FeedRow, UnnumberedRow
 from .core import EVENT_BATCH, RepositoryCore, journal_write
 
 
@@ -44,16 +44,21 @@ class RunFeed(RepositoryCore):
         """Committed events with a position above `after`, in feed order (`limit` of them
         at most; `run_id`: that run's only).
 
-        Events committed without a position yet (on PostgreSQL every event, until its
-        transaction has committed; on SQLite imported ones) are numbered first
-        (`number_feed`), in this transaction: on PostgreSQL the feed's numbering lock is
-        then held until it ends, so a host transaction that reads the feed should end
-        soon."""
+        Positions are given after commit (PostgreSQL: by the appending process's feed
+        notifier, `storage.feed_notifier`; SQLite: by the append itself), so a reader
+        needs no write. Events still without one (an import, a writer that died between
+        its commit and its numbering) are numbered first (`number_feed`) when this
+        transaction can (read-write, READ COMMITTED, a role that may update the events):
+        the feed's numbering lock is then held until it ends, so such a transaction
+        should end soon. Otherwise they come later, after what is returned, once
+        numbered: a read-only role, a standby, a REPEATABLE READ transaction read what
+        is numbered."""
         after = require_feed_position(after)
         limit = require_feed_limit(limit)
         if run_id is not None and not is_storable(require_run_id_text(run_id)):
             return []  # no run can have this id
-        if self.transaction.profile.feed_numbered_by_readers or self.feed_unnumbered():
+        unnumbered = self.feed_unnumbered()
+        if unnumbered is not None and unnumbered.numbers_here:
             self.number_feed()
             sql = self._write_statements()
         else:
@@ -71,9 +76,9 @@ class RunFeed(RepositoryCore):
             after = max(row.position for row in rows)  # the page's last
 
     @coded(READ)
-    def feed_unnumbered(self) -> bool:
-        """Whether some event has no feed position yet."""
-        return self._read_statements().one(FEED_UNNUMBERED) is not None
+    def feed_unnumbered(self) -> UnnumberedRow | None:
+        """None when every event has a feed position; else who may number them."""
+        return self._read_statements().one(FEED_UNNUMBERED)
 
     @journal_write
     def number_feed(self) -> int:

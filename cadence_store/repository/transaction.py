@@ -336,7 +336,7 @@ class JournalTransaction:
         session = self._host_session
         if session is not None and not self._owned:
             # one object serves all the session's transactions: nothing kept here
-            _wake_after_commit(session)
+            _wake_after_commit(session, self.schema)
         else:
             self.wake_pending = True
 
@@ -344,7 +344,7 @@ class JournalTransaction:
         """After the owner's commit: wake followers if events were written."""
         if self.wake_pending:
             self.wake_pending = False
-            wake_followers(engine)
+            wake_followers(engine, self.schema)
 
     # -- its own state ---------------------------------------------------------------------
 
@@ -393,10 +393,11 @@ _WAKE_PENDING: Final = "cadence_store.feed_wake_pending"
 _WAKE_LISTENING: Final = "cadence_store.feed_wake_listening"
 
 
-def _wake_after_commit(session: Session) -> None:
-    """Wake the feed's followers when `session` next commits (one listener a session)."""
+def _wake_after_commit(session: Session, schema: str | None) -> None:
+    """Number the events appended in `schema` and wake the feed's followers when `session`
+    next commits (one listener a session)."""
     info = session.info
-    info[_WAKE_PENDING] = True
+    info.setdefault(_WAKE_PENDING, set()).add(schema)
     if not info.get(_WAKE_LISTENING):
         info[_WAKE_LISTENING] = True
         event.listen(session, "after_commit", _wake_on_commit)
@@ -406,9 +407,12 @@ def _wake_after_commit(session: Session) -> None:
 def _wake_on_commit(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released (SQLAlchemy calls `after_commit` for those too)
-    if session.info.pop(_WAKE_PENDING, False):
+    schemas = session.info.pop(_WAKE_PENDING, ())
+    if schemas:
         bind = session.get_bind()
-        wake_followers(bind if isinstance(bind, Engine) else bind.engine)
+        engine = bind if isinstance(bind, Engine) else bind.engine
+        for schema in schemas:
+            wake_followers(engine, schema)
 
 
 def _forget_wake(session: Session, transaction: SessionTransaction) -> None:

@@ -37,7 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
 from .models import EVENT_COLUMNS, events, follower_positions
-from .rows import FeedRow, FollowerPositionRow, FoundRow, LockedRow
+from .rows import FeedRow, FollowerPositionRow, LockedRow, UnnumberedRow
 from .statements import Query, Write
 
 FEED_CHANNEL: Final = "cadence_store_feed"
@@ -61,6 +61,37 @@ def feed_position_on_insert(dialect_name: str) -> ColumnElement[int | None]:
 
 def _unnumbered() -> Select[Any]:
     return select(literal_column("1")).where(events.c.feed_position.is_(None)).limit(1)
+
+
+def _unnumbered_and_who_numbers(dialect_name: str) -> Select[Any]:
+    """One row when some event has no position: whether this role could number it (it may
+    update `feed_position`, on a server out of recovery) and whether this transaction can
+    (read-write, and READ COMMITTED: a REPEATABLE READ snapshot taken before the numbering
+    lock would not see the last numbering, and its UPDATE would fail to serialize)."""
+    role_may: ColumnElement[Any]
+    here: ColumnElement[Any]
+    if dialect_name != "postgresql":
+        role_may = here = literal_column("1")
+        return _with_unnumbered(role_may, here)
+    role_may = and_(
+        # `tableoid`: the events table as this statement's schema names it
+        func.has_column_privilege(literal_column("tableoid"), "feed_position", "UPDATE"),
+        ~func.pg_is_in_recovery(),
+    )
+    here = and_(
+        role_may,
+        func.current_setting("transaction_read_only") == "off",
+        func.current_setting("transaction_isolation") == "read committed",
+    )
+    return _with_unnumbered(role_may, here)
+
+
+def _with_unnumbered(role_may: ColumnElement[Any], here: ColumnElement[Any]) -> Select[Any]:
+    return (
+        select(role_may.label("role_may"), here.label("here"))
+        .where(events.c.feed_position.is_(None))
+        .limit(1)
+    )
 
 
 def _lock_if_unnumbered() -> Select[Any]:
@@ -138,7 +169,7 @@ def _record_position(dialect_name: str, *, forward_only: bool) -> ClauseElement:
     )
 
 
-FEED_UNNUMBERED: Final = Query("feed_unnumbered", lambda _: _unnumbered(), FoundRow)
+FEED_UNNUMBERED: Final = Query("feed_unnumbered", _unnumbered_and_who_numbers, UnnumberedRow)
 FEED_LOCK_IF_UNNUMBERED: Final = Query(
     "feed_lock_if_unnumbered", lambda _: _lock_if_unnumbered(), LockedRow
 )

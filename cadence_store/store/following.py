@@ -54,19 +54,18 @@ def read_feed(
     """Committed events with a position above `after`, in feed order (`limit` of them
     at most; `run_id`: that run's only).
 
-    PostgreSQL: in a write transaction of its own (the fast path, committed at once),
-    which numbers what committed since the last reader did. SQLite: in a read snapshot
-    (an append numbers its own event, and a write transaction would take the lock), or,
-    when some imported events have no position yet, after a write that numbers them."""
+    In a read snapshot (on `read_bind` when given), which needs no write: writers number
+    their events (`RunRepository.read_feed`). Only when some event is still unnumbered
+    and this store's role may number it does it read in a write transaction on the
+    primary instead, which numbers first."""
 
     def work(runs: RunRepository) -> list[FeedItem]:
         return runs.read_feed(after=after, limit=limit, run_id=run_id)
 
     def numbered_only(runs: RunRepository) -> list[FeedItem] | None:
-        return None if runs.feed_unnumbered() else work(runs)
+        unnumbered = runs.feed_unnumbered()
+        return None if unnumbered is not None and unnumbered.role_may_number else work(runs)
 
-    if profile_of(runner.base_engine.dialect).feed_numbered_by_readers:
-        return runner.write(work)
     items = runner.read(numbered_only)
     return runner.write(work) if items is None else items
 
