@@ -132,3 +132,32 @@ def test_a_select_only_role_follows_the_feed_async(writer, reader_url, bind):
         return seen
 
     assert asyncio.run(follow()) == first + second
+
+
+def test_a_repeatable_read_consumer_reads_what_is_numbered_without_busy(
+    writer, pg_database_url
+):
+    """A host transaction at REPEATABLE READ whose snapshot holds an event that another
+    transaction numbers meanwhile: it reads what its snapshot has numbered (numbering
+    there would fail to serialize, `run-store-busy`)."""
+    from cadence_store.storage.feed_statements import FEED_LOCK_KEY
+
+    first = _appended(writer, "a")
+    flush_notifiers()
+    owner = create_engine(pg_database_url)
+    with owner.connect() as blocker:
+        blocker.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": FEED_LOCK_KEY})
+        _appended(writer, "b")  # committed; its numbering waits for the lock
+        consumer = Session(owner.execution_options(isolation_level="REPEATABLE READ"))
+        consumer.begin()
+        consumer.execute(text("SELECT 1"))  # its snapshot: "b" committed, unnumbered
+        blocker.commit()
+    writer.read_feed()  # "b" numbered by now, after the consumer's snapshot
+    flush_notifiers()
+    try:
+        items = RunRepository(consumer, root_hash=ROOT_HASH).read_feed()
+        assert _keys(items) == first
+    finally:
+        consumer.rollback()
+        consumer.close()
+        owner.dispose()
