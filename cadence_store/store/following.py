@@ -44,6 +44,8 @@ FEED_BATCH: Final = 500  # items read per page while following
 MAX_RETRY_S: Final = 2.0
 # with no wake-up, read again anyway after this many polls (an import sends no NOTIFY)
 _POLLS_PER_READ: Final = 50
+# NULL on a primary; on a standby, how far it has replayed (it changes as commits arrive)
+_REPLAYED: Final = "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END"
 
 Stop = threading.Event | Callable[[], bool] | None
 
@@ -128,16 +130,22 @@ class _Waker(ABC):
 
 
 class _ListeningWaker(_Waker):
-    """PostgreSQL: LISTEN on a connection of its own; woken by a NOTIFY at commit."""
+    """PostgreSQL: LISTEN on a connection of its own; woken by a NOTIFY at commit. On a
+    standby (which takes no LISTEN, and hears no NOTIFY) it polls instead for replayed
+    WAL (`pg_last_wal_replay_lsn()`, every `poll_s`)."""
+
+    _replayed: Any = None  # on a standby: the replay position the last read saw
 
     def arm(self) -> None:
-        if self._pooled is not None:
+        if self._pooled is not None and self._replayed is None:
             return  # listening already: every NOTIFY since is queued on the connection
         driver = self._driver()
         try:
             with database_errors(READ):
                 driver.autocommit = True
-                driver.execute(LISTEN_TO_FEED)
+                self._replayed = driver.execute(_REPLAYED).fetchone()[0]
+                if self._replayed is None:  # a primary
+                    driver.execute(LISTEN_TO_FEED)
         except CadenceStoreError:
             self.drop()
             raise
@@ -146,6 +154,9 @@ class _ListeningWaker(_Waker):
         driver = self._driver()
         try:
             with database_errors(READ):
+                if self._replayed is not None:
+                    self._wait_for_replay(driver)
+                    return
                 for _ in range(_POLLS_PER_READ):
                     if any(True for _ in driver.notifies(timeout=self._poll_s, stop_after=1)):
                         for _ in driver.notifies(timeout=0):  # the rest: one read for all
@@ -156,6 +167,12 @@ class _ListeningWaker(_Waker):
         except CadenceStoreError:
             self.drop()  # re-listened on the next `arm`, and caught up
             raise
+
+    def _wait_for_replay(self, driver: Any) -> None:
+        for _ in range(_POLLS_PER_READ):
+            self.pause(self._poll_s)
+            if self._stopped() or driver.execute(_REPLAYED).fetchone()[0] != self._replayed:
+                return
 
 
 class _PollingWaker(_Waker):

@@ -134,9 +134,7 @@ def test_a_select_only_role_follows_the_feed_async(writer, reader_url, bind):
     assert asyncio.run(follow()) == first + second
 
 
-def test_a_repeatable_read_consumer_reads_what_is_numbered_without_busy(
-    writer, pg_database_url
-):
+def test_a_repeatable_read_consumer_reads_what_is_numbered_without_busy(writer, pg_database_url):
     """A host transaction at REPEATABLE READ whose snapshot holds an event that another
     transaction numbers meanwhile: it reads what its snapshot has numbered (numbering
     there would fail to serialize, `run-store-busy`)."""
