@@ -1,4 +1,6 @@
-"""The feed's wake-up call on PostgreSQL: one NOTIFY after the commits that appended.
+"""The feed's numbering and wake-up call on PostgreSQL, after the commits that appended:
+the events they committed are given their positions (`storage.feed_statements`), then
+one NOTIFY wakes the followers.
 
 Why not in the appending transaction: PostgreSQL serialises the commits of transactions
 that sent a NOTIFY (one lock, held until each has flushed its commit to the WAL), which
@@ -13,7 +15,8 @@ NOTIFY only delays followers, who read again every second anyway). The appender 
 `threading.Event.set()`; only a commit wakes anyone, since the poke comes after it.
 
 A pool that holds one connection (`StaticPool`, ...) gets no notifier: a second
-connection is what its host ruled out, so each commit there sends its NOTIFY itself.
+connection is what its host ruled out, so each commit there numbers and sends its
+NOTIFY itself. A store's `close` ends its pool's notifier (`close_notifier`).
 
 Whatever the commit came through (`RunStore`'s own transactions, a unit of work, a host's
 session, the async classes, which drive the same ones), the same notifier sends it.

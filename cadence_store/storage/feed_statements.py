@@ -9,12 +9,14 @@ values):
   taken, and a reader (WAL) never sees a row before its commit.
 - PostgreSQL: none yet (NULL). Positions taken in the appending transactions (a
   sequence) would commit out of order: a follower that read position 7 could later see
-  a transaction commit 6, and skip it. So events are numbered after they commit, by
-  whoever reads the feed (`NUMBER_FEED`), in a transaction that holds one advisory lock
-  (`FEED_LOCK_KEY`) until it commits: numbering transactions never overlap, each starts
-  from the highest position the last one committed, and any snapshot that sees a
-  position sees every smaller one. The appender pays nothing for this; its commit
-  wakes followers through `feed_notifier` (a NOTIFY sent after it).
+  a transaction commit 6, and skip it. So events are numbered after they commit
+  (`NUMBER_FEED`), in a transaction that holds one advisory lock (`FEED_LOCK_KEY`) until
+  it commits: numbering transactions never overlap, each starts from the highest
+  position the last one committed (gap-free from 1), and any snapshot that sees a
+  position sees every smaller one. The appending process numbers them just after its
+  commit, from its `feed_notifier` thread, before the NOTIFY that wakes followers; a
+  reader numbers only what is left (`FEED_UNNUMBERED` says whether it can), so readers
+  need no write. The appending call pays nothing for this.
 """
 
 from __future__ import annotations
