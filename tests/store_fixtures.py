@@ -26,6 +26,7 @@ from support import OWNED, ROOT_HASH, FakeClock, Snapshot, table_snapshot
 
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore
+from cadence_store.storage.feed_notifier import flush_notifiers
 
 
 @pytest.fixture
@@ -68,6 +69,7 @@ def table_rows(db: Engine) -> Callable[[str], list[dict[str, Any]]]:
 
     def read(name: str) -> list[dict[str, Any]]:
         table = OWNED[name]
+        flush_notifiers()  # what committed is numbered (see `support.table_snapshot`)
         with db.connect() as connection:
             result = connection.execute(select(table).order_by(*table.primary_key.columns))
             return [dict(row._mapping) for row in result]

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from cadence_store.storage.feed_notifier import flush_notifiers
 from cadence_store.storage.models import (
     delivery_bindings,
     events,
@@ -56,7 +57,10 @@ def adopted_operation(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def table_snapshot(engine: Engine) -> Snapshot:
-    """Every row of the owned tables, in primary-key order."""
+    """Every row of the owned tables, in primary-key order, once this process's feed
+    notifiers have numbered what committed (PostgreSQL numbers the feed just after each
+    commit: a snapshot taken meanwhile would see `feed_position` change under it)."""
+    flush_notifiers()
     with engine.connect() as connection:
         taken = {
             name: [

@@ -20,6 +20,7 @@ from typing import Any, Final, TypeVar
 
 from ..errors import CadenceStoreError
 from ..journal.feed import FeedItem
+from ..storage.follower_names import FollowerNameHold
 from ..store.following import FEED_BATCH, Stop, start_position, stop_check
 from ..store.run_store import RunStore
 
@@ -56,8 +57,15 @@ async def follow_async(
         if close is not None:
             close()  # it only checked the arguments; read on the loop instead
         position = await run(lambda: start_position(store.runner, after, follower))
-        async for item in _polled(store, position, run_id, poll_s, stopped, run):
-            yield item
+        name = None if follower is None else FollowerNameHold(store.runner.base_engine, follower)
+        try:
+            if name is not None:
+                await run(name.take)  # `follower-in-use` while another follow holds it
+            async for item in _polled(store, position, run_id, poll_s, stopped, run, name):
+                yield item
+        finally:
+            if name is not None:
+                await run(name.release)
         return
     pending: asyncio.Future[Any] | None = None
     try:
@@ -88,17 +96,23 @@ async def _polled(
     poll_s: float,
     stopped: Callable[[], bool],
     run: Callable[[Callable[[], Any]], Awaitable[Any]],
+    name: FollowerNameHold | None,
 ) -> AsyncIterator[FeedItem]:
+    lost = False
     while not stopped():
         try:
+            if lost and name is not None:
+                await run(name.reaffirm)  # a lost connection may have taken the name with it
             batch: list[FeedItem] = await run(
                 functools.partial(store.read_feed, after=position, limit=FEED_BATCH, run_id=run_id)
             )
         except CadenceStoreError as error:
             if not error.retryable:
                 raise
+            lost = True
             await asyncio.sleep(poll_s)
             continue
+        lost = False
         for item in batch:
             yield item
             position = item.position

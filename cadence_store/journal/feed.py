@@ -17,6 +17,7 @@ from .values import RunEvent, _Value
 
 INVALID_FOLLOWER = "invalid-follower"
 INVALID_FEED_POSITION = "invalid-feed-position"
+FEED_POSITION_BACKWARDS = "feed-position-backwards"
 
 
 class FeedItem(_Value):

@@ -8,26 +8,29 @@ the item again from the position that did commit.
 
 from __future__ import annotations
 
+from ..errors import OperationConflictError
 from ..journal import RunEvent
 from ..journal.documents import event_payload
 from ..journal.feed import (
+    FEED_POSITION_BACKWARDS,
     FeedItem,
     require_feed_limit,
     require_feed_position,
     require_follower,
 )
-from ..journal.validation import is_storable, require_run_id_text
+from ..journal.validation import is_storable, require_bool, require_run_id_text
 from ..storage.failures import READ, coded
 from ..storage.feed_statements import (
+    ADVANCE_POSITION,
     FEED_LOCK_IF_UNNUMBERED,
     FEED_PAGE,
     FEED_PAGE_OF_RUN,
     FEED_UNNUMBERED,
     FOLLOWER_POSITION,
     NUMBER_FEED,
-    RECORD_POSITION,
+    REWIND_POSITION,
 )
-from ..storage.rows import FeedRow
+from ..storage.rows import FeedRow, UnnumberedRow
 from .core import EVENT_BATCH, RepositoryCore, journal_write
 
 
@@ -41,16 +44,21 @@ class RunFeed(RepositoryCore):
         """Committed events with a position above `after`, in feed order (`limit` of them
         at most; `run_id`: that run's only).
 
-        Events committed without a position yet (on PostgreSQL every event, until its
-        transaction has committed; on SQLite imported ones) are numbered first
-        (`number_feed`), in this transaction: on PostgreSQL the feed's numbering lock is
-        then held until it ends, so a host transaction that reads the feed should end
-        soon."""
+        Positions are given after commit (PostgreSQL: by the appending process's feed
+        notifier, `storage.feed_notifier`; SQLite: by the append itself), so a reader
+        needs no write. Events still without one (an import, a writer that died between
+        its commit and its numbering) are numbered first (`number_feed`) when this
+        transaction can (read-write, READ COMMITTED, a role that may update the events):
+        the feed's numbering lock is then held until it ends, so such a transaction
+        should end soon. Otherwise they come later, after what is returned, once
+        numbered: a read-only role, a standby, a REPEATABLE READ transaction read what
+        is numbered."""
         after = require_feed_position(after)
         limit = require_feed_limit(limit)
         if run_id is not None and not is_storable(require_run_id_text(run_id)):
             return []  # no run can have this id
-        if self.transaction.profile.feed_numbered_by_readers or self.feed_unnumbered():
+        unnumbered = self.feed_unnumbered()
+        if unnumbered is not None and unnumbered.numbers_here:
             self.number_feed()
             sql = self._write_statements()
         else:
@@ -68,9 +76,9 @@ class RunFeed(RepositoryCore):
             after = max(row.position for row in rows)  # the page's last
 
     @coded(READ)
-    def feed_unnumbered(self) -> bool:
-        """Whether some event has no feed position yet."""
-        return self._read_statements().one(FEED_UNNUMBERED) is not None
+    def feed_unnumbered(self) -> UnnumberedRow | None:
+        """None when every event has a feed position; else who may number them."""
+        return self._read_statements().one(FEED_UNNUMBERED)
 
     @journal_write
     def number_feed(self) -> int:
@@ -94,12 +102,22 @@ class RunFeed(RepositoryCore):
         return 0 if row is None else int(row.position)
 
     @journal_write
-    def record_position(self, follower: str, position: int) -> None:
+    def record_position(self, follower: str, position: int, *, rewind: bool = False) -> None:
         """Record that `follower` has applied every item up to `position`, in this
-        transaction (with the host's rows: both commit, or neither)."""
+        transaction (with the host's rows: both commit, or neither).
+
+        A position below the one recorded is refused (`feed-position-backwards`, nothing
+        written): the follower would apply those items again. `rewind=True` moves it back
+        on purpose (a read model rebuilt from an earlier point)."""
         require_follower(follower)
         require_feed_position(position)
-        self._write_statements().write(RECORD_POSITION, follower=follower, position=position)
+        require_bool(rewind, "invalid-rewind")
+        statement = REWIND_POSITION if rewind else ADVANCE_POSITION
+        if not self._write_statements().write(statement, follower=follower, position=position):
+            raise OperationConflictError(
+                FEED_POSITION_BACKWARDS,
+                f"{follower!r} has recorded a later position; rewind=True moves it back",
+            )
 
 
 def _item(row: FeedRow) -> FeedItem:

@@ -341,7 +341,7 @@ class JournalTransaction:
             # one object serves all the session's transactions: nothing kept here
             wake = (profile or self.profile).notifies
             if wake or method is not None:
-                _after_host_commit(session, method, count, wake=wake)
+                _after_host_commit(session, method, count, wake=self.schema if wake else False)
             return
         if method is not None:
             uncounted = self.uncounted
@@ -361,7 +361,7 @@ class JournalTransaction:
             count_committed(uncounted)
         if self.wake_pending:
             self.wake_pending = False
-            wake_followers(engine)
+            wake_followers(engine, self.schema)
 
     # -- its own state ---------------------------------------------------------------------
 
@@ -412,25 +412,29 @@ _COMMIT_LISTENING: Final = "cadence_store.commit_listening"
 
 class _HostCommitPending:
     """What a host session's transaction owes once it commits: appends to count, and
-    whether followers are to be woken."""
+    the schemas whose followers are to be woken."""
 
     __slots__ = ("uncounted", "wake")
 
     def __init__(self) -> None:
         self.uncounted: dict[str, int] = {}
-        self.wake = False
+        self.wake: set[str | None] = set()
 
 
-def _after_host_commit(session: Session, method: str | None, count: int, *, wake: bool) -> None:
-    """Count `count` appends of `method` and wake the feed's followers (if `wake`) when
-    `session` next commits (one listener a session); nothing if it rolls back."""
+def _after_host_commit(
+    session: Session, method: str | None, count: int, *, wake: str | None | bool
+) -> None:
+    """Count `count` appends of `method` and, unless `wake` is False, number the events
+    appended in schema `wake` and wake its followers when `session` next commits (one
+    listener a session); nothing if it rolls back."""
     info = session.info
     pending = info.get(_COMMIT_PENDING)
     if pending is None:
         pending = info[_COMMIT_PENDING] = _HostCommitPending()
     if method is not None:
         pending.uncounted[method] = pending.uncounted.get(method, 0) + count
-    pending.wake = pending.wake or wake
+    if wake is not False:
+        pending.wake.add(wake if isinstance(wake, str) else None)
     if not info.get(_COMMIT_LISTENING):
         info[_COMMIT_LISTENING] = True
         event.listen(session, "after_commit", _on_host_commit)
@@ -447,7 +451,9 @@ def _on_host_commit(session: Session) -> None:
         count_committed(pending.uncounted)
     if pending.wake:
         bind = session.get_bind()
-        wake_followers(bind if isinstance(bind, Engine) else bind.engine)
+        engine = bind if isinstance(bind, Engine) else bind.engine
+        for schema in pending.wake:
+            wake_followers(engine, schema)
 
 
 def _forget_host_commit(session: Session, transaction: SessionTransaction) -> None:

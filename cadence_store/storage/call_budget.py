@@ -83,29 +83,47 @@ class _Watchdog:
         self._lock = threading.Lock()
         self._budgets: set[CallBudget] = set()
         self._thread: threading.Thread | None = None
+        self._ending = threading.Event()  # `end_if_idle`: exit now if nothing is watched
 
     def add(self, budget: CallBudget) -> None:
         with self._lock:
             self._budgets.add(budget)
             if self._thread is None:
+                self._ending = threading.Event()
                 self._thread = threading.Thread(
-                    target=self._loop, name="cadence-store-call-budget", daemon=True
+                    target=self._loop,
+                    args=(self._ending,),
+                    name="cadence-store-call-budget",
+                    daemon=True,
                 )
                 self._thread.start()
+
+    def end_if_idle(self) -> None:
+        """End the thread now, waiting for it, if it watches no call (a store's close:
+        nothing of the store's is left running; the next call starts it again)."""
+        with self._lock:
+            thread = self._thread
+            if thread is None or self._budgets:
+                return
+            self._thread = None
+            self._ending.set()
+        thread.join()
 
     def remove(self, budget: CallBudget) -> None:
         with self._lock:
             self._budgets.discard(budget)
 
-    def _loop(self) -> None:
+    def _loop(self, ending: threading.Event) -> None:
         idle_since = time.monotonic()
         while True:
-            time.sleep(self.POLL_S)
+            if ending.wait(self.POLL_S):
+                return  # `end_if_idle` took it out of service
             now = time.monotonic()
             with self._lock:
                 if not self._budgets:
                     if now - idle_since > self.IDLE_EXIT_S:
-                        self._thread = None
+                        if self._thread is threading.current_thread():
+                            self._thread = None
                         return
                     continue
                 idle_since = now
@@ -138,6 +156,11 @@ class call_budget:
     def __exit__(self, *_exc: object) -> None:
         _watchdog.remove(self._budget)
         _current.reset(self._token)
+
+
+def end_idle_watchdog() -> None:
+    """End the watchdog's thread if no call is being watched (see `_Watchdog.end_if_idle`)."""
+    _watchdog.end_if_idle()
 
 
 def watch_connection(dbapi_connection: Any) -> None:

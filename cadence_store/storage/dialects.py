@@ -97,8 +97,9 @@ class DialectProfile:
     streaming_cursor: Callable[[Any, bool], Any] = _plain_cursor
     # the write-ahead log is folded back into the file when the store closes
     checkpoints_wal: bool = False
-    # feed positions are given after commit, by readers (concurrent writers commit out of
-    # order); else each append numbers its event under the single writer's lock
+    # feed positions are given after commit, under a lock (concurrent writers commit out
+    # of order), by the appender's feed notifier or a reader that may write; else each
+    # append numbers its event under the single writer's lock
     feed_numbered_by_readers: bool = False
     # followers are woken by LISTEN/NOTIFY (else they poll for a changed database)
     notifies: bool = False

@@ -1,4 +1,6 @@
-"""The feed's wake-up call on PostgreSQL: one NOTIFY after the commits that appended.
+"""The feed's numbering and wake-up call on PostgreSQL, after the commits that appended:
+the events they committed are given their positions (`storage.feed_statements`), then
+one NOTIFY wakes the followers.
 
 Why not in the appending transaction: PostgreSQL serialises the commits of transactions
 that sent a NOTIFY (one lock, held until each has flushed its commit to the WAL), which
@@ -13,7 +15,8 @@ NOTIFY only delays followers, who read again every second anyway). The appender 
 `threading.Event.set()`; only a commit wakes anyone, since the poke comes after it.
 
 A pool that holds one connection (`StaticPool`, ...) gets no notifier: a second
-connection is what its host ruled out, so each commit there sends its NOTIFY itself.
+connection is what its host ruled out, so each commit there numbers and sends its
+NOTIFY itself. A store's `close` ends its pool's notifier (`close_notifier`).
 
 Whatever the commit came through (`RunStore`'s own transactions, a unit of work, a host's
 session, the async classes, which drive the same ones), the same notifier sends it.
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import Dialect
 from sqlalchemy.pool import (
     AssertionPool,
     NullPool,
@@ -41,6 +45,9 @@ from sqlalchemy.pool import (
     StaticPool,
 )
 from sqlalchemy.util import greenlet_spawn
+
+from .feed_statements import FEED_LOCK_IF_UNNUMBERED, NUMBER_FEED
+from .statements import Statements
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,7 +62,8 @@ IDLE_S: Final = 5.0
 # at most one NOTIFY this often per pool and process: the commits in between share it
 # (each NOTIFY costs the server a transaction; a follower wakes at most this much later)
 NOTIFY_INTERVAL_S: Final = 0.025
-# how long closing a store, or the process ending, waits for the last NOTIFY
+# how long closing a store (its notifier's last NOTIFY and its thread's end), or the
+# process ending, waits
 FLUSH_TIMEOUT_S: Final = 2.0
 
 
@@ -67,19 +75,24 @@ class FeedNotifier:
     connection is driven from the thread's own event loop, through SQLAlchemy's greenlet
     (as the async engine itself drives it)."""
 
-    def __init__(self, pool: Pool, is_async: bool) -> None:
+    def __init__(self, pool: Pool, dialect: Dialect) -> None:
         self._pool = weakref.ref(pool)
-        self._is_async = is_async
+        self._dialect = dialect
+        self._is_async = bool(dialect.is_async)
+        self._schemas: set[str | None] = set()  # where commits appended since the last
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closing: threading.Thread | None = None  # the thread asked to end (`close`)
         self.pokes = 0  # commits that asked for a NOTIFY
         self.served = 0  # of them, those a NOTIFY was sent (or given up on) for since
         self.sent = 0  # NOTIFY statements sent
 
-    def poke(self) -> None:
-        """Events committed: followers hear of them soon (this returns at once)."""
+    def poke(self, schema: str | None = None) -> None:
+        """Events committed (in `schema`'s tables): they are numbered, and followers hear
+        of them, soon (this returns at once)."""
         with self._changed:
             self.pokes += 1
+            self._schemas.add(schema)
             if self._thread is None:  # none running: idle for a while, or just forked
                 self._thread = threading.Thread(
                     target=self._serve, name="cadence-store-feed-notifier", daemon=True
@@ -94,21 +107,39 @@ class FeedNotifier:
             target = self.pokes
             return self._changed.wait_for(lambda: self.served >= target, timeout_s)
 
+    def close(self, timeout_s: float) -> None:
+        """Send what is owed, then end the thread and close its connection, waiting for
+        both (at most `timeout_s`): a store's `close` leaves nothing open behind it. A
+        later poke (another store on the same pool) starts another thread."""
+        with self._changed:
+            thread = self._thread
+            if thread is None:
+                return
+            self._closing = thread
+            self._changed.notify_all()
+        thread.join(timeout_s)
+
     def _serve(self) -> None:
         loop = asyncio.new_event_loop() if self._is_async else None
-        sender = _Sender(self._pool, loop)
+        sender = _Sender(self._pool, self._dialect, loop)
         sent_at = -NOTIFY_INTERVAL_S
+        me = threading.current_thread()
         try:
             while True:
                 with self._changed:
-                    if not self._changed.wait_for(lambda: self.pokes > self.served, IDLE_S):
+                    self._changed.wait_for(
+                        lambda: self.pokes > self.served or self._closing is me, IDLE_S
+                    )
+                    if self.pokes == self.served:  # idle for IDLE_S, or closed with none owed
                         self._thread = None
                         return
-                # commits that come meanwhile share this NOTIFY
-                time.sleep(max(0.0, NOTIFY_INTERVAL_S - (time.monotonic() - sent_at)))
+                    closing = self._closing is me
+                if not closing:  # commits that come meanwhile share this NOTIFY
+                    time.sleep(max(0.0, NOTIFY_INTERVAL_S - (time.monotonic() - sent_at)))
                 with self._changed:
                     upto = self.pokes
-                if sender.send():
+                    schemas, self._schemas = self._schemas, set()
+                if sender.send(schemas):
                     self.sent += 1
                 sent_at = time.monotonic()
                 with self._changed:
@@ -116,7 +147,9 @@ class FeedNotifier:
                     self._changed.notify_all()
         finally:
             with self._changed:
-                if self._thread is threading.current_thread():  # ended by a failure
+                if self._closing is me:
+                    self._closing = None
+                if self._thread is me:  # ended by a failure
                     self._thread = None  # the next poke starts another
                     self.served = self.pokes  # and what is left is given up on
                     self._changed.notify_all()
@@ -128,14 +161,18 @@ class FeedNotifier:
         """The parent's thread (and its lock's state) did not come along."""
         self._changed = threading.Condition()
         self._thread = None
+        self._closing = None
         self.served = self.pokes  # the parent's commits are the parent's to announce
 
 
 class _Sender:
     """The notifier thread's connection: made on first use, dropped after a failure."""
 
-    def __init__(self, pool: weakref.ref[Pool], loop: asyncio.AbstractEventLoop | None) -> None:
+    def __init__(
+        self, pool: weakref.ref[Pool], dialect: Dialect, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
         self._host_pool = pool
+        self._dialect = dialect
         self._loop = loop
         self._pool: Pool | None = None
         self._connection: PoolProxiedConnection | None = None
@@ -146,14 +183,15 @@ class _Sender:
             return work()
         return self._loop.run_until_complete(greenlet_spawn(work))
 
-    def send(self) -> bool:
-        """One NOTIFY (False when it could not be sent: followers read again within a
-        second anyway, and the next poke connects again). A kept connection that fails
-        (a failover, a restart, a pooler that closed it) is replaced once at once."""
+    def send(self, schemas: set[str | None]) -> bool:
+        """Number the events committed in `schemas`' tables, then one NOTIFY (False when
+        it could not be sent: followers read again within a second anyway, and the next
+        poke connects again). A kept connection that fails (a failover, a restart, a
+        pooler that closed it) is replaced once at once."""
         for attempt in range(2):
             kept = self._connection is not None
             try:
-                self._send_once()
+                self._send_once(schemas)
                 self._failing = False
                 return True
             except Exception as error:
@@ -167,7 +205,7 @@ class _Sender:
                 self._failing = True
         return False
 
-    def _send_once(self) -> None:
+    def _send_once(self, schemas: set[str | None]) -> None:
         if self._connection is None:
             host_pool = self._host_pool()
             if host_pool is None:
@@ -175,7 +213,9 @@ class _Sender:
             if self._pool is None:
                 self._pool = host_pool.recreate()
             self._connection = self._run(self._connect)
-        self._run(lambda: _notify(self._connection))
+        connection = self._connection
+        self._run(lambda: _number_feed(connection, self._dialect, schemas))
+        self._run(lambda: _notify(connection))
         if isinstance(self._pool, NullPool):  # its host keeps no connection between calls
             self._close_connection()
 
@@ -209,6 +249,32 @@ class _Sender:
                 logger.debug("cadence-store: disposing the feed notifier's pool failed")
 
 
+def _number_feed(
+    connection: PoolProxiedConnection | None, dialect: Dialect, schemas: set[str | None]
+) -> None:
+    """Give the events committed in each of `schemas` their feed positions, each schema
+    in a transaction of its own that holds the numbering lock (`storage.feed_statements`)
+    and commits durably: a position a follower saw is never given again. A failure is
+    logged and left to the next numbering (the next commit's, or a reader's that may
+    number): the NOTIFY still goes out."""
+    assert connection is not None
+    driver: Any = connection.dbapi_connection
+    autocommit = driver.autocommit
+    driver.autocommit = False
+    try:
+        for schema in schemas:
+            sql = Statements.on_dbapi(dialect, driver, schema)
+            try:
+                if sql.one(FEED_LOCK_IF_UNNUMBERED) is not None:
+                    sql.write(NUMBER_FEED)
+                driver.commit()
+            except Exception as error:
+                driver.rollback()
+                logger.info("cadence-store: numbering the feed failed: %s", error)
+    finally:
+        driver.autocommit = autocommit
+
+
 def _notify(connection: PoolProxiedConnection | None) -> None:
     assert connection is not None
     cursor = connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -230,15 +296,16 @@ def feed_notifier(engine: Engine) -> FeedNotifier:
         with _notifiers_lock:
             notifier = _notifiers.get(pool)
             if notifier is None:
-                notifier = _notifiers[pool] = FeedNotifier(pool, engine.dialect.is_async)
+                notifier = _notifiers[pool] = FeedNotifier(pool, engine.dialect)
     return notifier
 
 
-def flush_notifier(engine: Engine, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-    """Send what `engine`'s notifier still owes, if it has one (a store's `close`)."""
+def close_notifier(engine: Engine, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    """Send what `engine`'s notifier still owes, then end its thread and connection, if
+    it has one (a store's `close`)."""
     notifier = _notifiers.get(engine.pool)
     if notifier is not None:
-        notifier.flush(timeout_s)
+        notifier.close(timeout_s)
 
 
 def flush_notifiers(timeout_s: float = FLUSH_TIMEOUT_S) -> None:
@@ -258,12 +325,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(flush_notifiers)
 
 
-def wake_followers(engine: Engine) -> None:
-    """After a transaction on `engine` committed events: wake the feed's followers."""
+def wake_followers(engine: Engine, schema: str | None = None) -> None:
+    """After a transaction on `engine` committed events in `schema`'s tables: number them
+    and wake the feed's followers."""
     if isinstance(engine.pool, _ONE_CONNECTION_POOLS):
-        _notify_at_once(engine)
+        _notify_at_once(engine, schema)
     else:
-        feed_notifier(engine).poke()
+        feed_notifier(engine).poke(schema)
 
 
 # pools that promise the host a single connection: no notifier opens a second one, the
@@ -271,10 +339,11 @@ def wake_followers(engine: Engine) -> None:
 _ONE_CONNECTION_POOLS: Final = (StaticPool, SingletonThreadPool, AssertionPool)
 
 
-def _notify_at_once(engine: Engine) -> None:
+def _notify_at_once(engine: Engine, schema: str | None) -> None:
     try:
         pooled = engine.raw_connection()  # the pool's one connection, this transaction's
         try:
+            _number_feed(pooled, engine.dialect, {schema})
             driver: Any = pooled.dbapi_connection
             driver.autocommit = True
             try:
@@ -292,8 +361,8 @@ __all__ = [
     "NOTIFY_FEED",
     "NOTIFY_INTERVAL_S",
     "FeedNotifier",
+    "close_notifier",
     "feed_notifier",
-    "flush_notifier",
     "flush_notifiers",
     "wake_followers",
 ]

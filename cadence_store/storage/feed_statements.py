@@ -9,12 +9,14 @@ values):
   taken, and a reader (WAL) never sees a row before its commit.
 - PostgreSQL: none yet (NULL). Positions taken in the appending transactions (a
   sequence) would commit out of order: a follower that read position 7 could later see
-  a transaction commit 6, and skip it. So events are numbered after they commit, by
-  whoever reads the feed (`NUMBER_FEED`), in a transaction that holds one advisory lock
-  (`FEED_LOCK_KEY`) until it commits: numbering transactions never overlap, each starts
-  from the highest position the last one committed, and any snapshot that sees a
-  position sees every smaller one. The appender pays nothing for this; its commit
-  wakes followers through `feed_notifier` (a NOTIFY sent after it).
+  a transaction commit 6, and skip it. So events are numbered after they commit
+  (`NUMBER_FEED`), in a transaction that holds one advisory lock (`FEED_LOCK_KEY`) until
+  it commits: numbering transactions never overlap, each starts from the highest
+  position the last one committed (gap-free from 1), and any snapshot that sees a
+  position sees every smaller one. The appending process numbers them just after its
+  commit, from its `feed_notifier` thread, before the NOTIFY that wakes followers; a
+  reader numbers only what is left (`FEED_UNNUMBERED` says whether it can), so readers
+  need no write. The appending call pays nothing for this.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
 from .models import EVENT_COLUMNS, events, follower_positions
-from .rows import FeedRow, FollowerPositionRow, FoundRow, LockedRow
+from .rows import FeedRow, FollowerPositionRow, LockedRow, UnnumberedRow
 from .statements import Query, Write
 
 FEED_CHANNEL: Final = "cadence_store_feed"
@@ -63,6 +65,37 @@ def _unnumbered() -> Select[Any]:
     return select(literal_column("1")).where(events.c.feed_position.is_(None)).limit(1)
 
 
+def _unnumbered_and_who_numbers(dialect_name: str) -> Select[Any]:
+    """One row when some event has no position: whether this role could number it (it may
+    update `feed_position`, on a server out of recovery) and whether this transaction can
+    (read-write, and READ COMMITTED: a REPEATABLE READ snapshot taken before the numbering
+    lock would not see the last numbering, and its UPDATE would fail to serialize)."""
+    role_may: ColumnElement[Any]
+    here: ColumnElement[Any]
+    if dialect_name != "postgresql":
+        role_may = here = literal_column("1")
+        return _with_unnumbered(role_may, here)
+    role_may = and_(
+        # `tableoid`: the events table as this statement's schema names it
+        func.has_column_privilege(literal_column("tableoid"), "feed_position", "UPDATE"),
+        ~func.pg_is_in_recovery(),
+    )
+    here = and_(
+        role_may,
+        func.current_setting("transaction_read_only") == "off",
+        func.current_setting("transaction_isolation") == "read committed",
+    )
+    return _with_unnumbered(role_may, here)
+
+
+def _with_unnumbered(role_may: ColumnElement[Any], here: ColumnElement[Any]) -> Select[Any]:
+    return (
+        select(role_may.label("role_may"), here.label("here"))
+        .where(events.c.feed_position.is_(None))
+        .limit(1)
+    )
+
+
 def _lock_if_unnumbered() -> Select[Any]:
     """Take the numbering lock, only when some event is still unnumbered (one row then,
     none otherwise: a reader that finds nothing to number takes no lock)."""
@@ -72,30 +105,35 @@ def _lock_if_unnumbered() -> Select[Any]:
 
 
 def _number_unnumbered() -> ClauseElement:
-    """Give every unnumbered event the next positions, oldest first: `recorded_at` (which
-    never decreases along a run), then run id and sequence (a run's events always in
-    order). On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
+    """Give every unnumbered event the next positions: a run's events in sequence order,
+    whatever their stored times, and the runs by time. Each event is placed at the latest
+    `recorded_at` of its run up to it (`run_time`: a store's own appends never go back in
+    time, so that is their own time; an imported run's times may decrease), then by run
+    id and sequence. On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
     transaction, as a statement of its own: its snapshot is then taken after the lock,
     and sees the last numbering."""
     highest = select(func.coalesce(func.max(events.c.feed_position), 0)).scalar_subquery()
-    numbered = (
+    timed = (
         select(
             events.c.run_id,
             events.c.sequence,
-            (
-                highest
-                + func.row_number().over(
-                    order_by=(
-                        events.c.recorded_at.asc().nulls_first(),
-                        events.c.run_id,
-                        events.c.sequence,
-                    )
-                )
-            ).label("position"),
+            func.max(events.c.recorded_at)
+            .over(partition_by=events.c.run_id, order_by=events.c.sequence)
+            .label("run_time"),
         )
         .where(events.c.feed_position.is_(None))
-        .subquery("numbered")
+        .subquery("timed")
     )
+    numbered = select(
+        timed.c.run_id,
+        timed.c.sequence,
+        (
+            highest
+            + func.row_number().over(
+                order_by=(timed.c.run_time.asc().nulls_first(), timed.c.run_id, timed.c.sequence)
+            )
+        ).label("position"),
+    ).subquery("numbered")
     return (
         update(events)
         .where(
@@ -117,7 +155,9 @@ def _feed_page(*, of_run: bool) -> Select[Any]:
     return page.order_by(events.c.feed_position).limit(bindparam("limit"))
 
 
-def _record_position(dialect_name: str) -> ClauseElement:
+def _record_position(dialect_name: str, *, forward_only: bool) -> ClauseElement:
+    """The follower's position, inserted or replaced; `forward_only`: replaced only by one
+    at least as far (0 rows written when it would move back)."""
     dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
     statement = dialect_insert(follower_positions).values(
         follower=bindparam("follower"), position=bindparam("position")
@@ -125,10 +165,13 @@ def _record_position(dialect_name: str) -> ClauseElement:
     return statement.on_conflict_do_update(
         index_elements=[follower_positions.c.follower],
         set_={"position": statement.excluded.position},
+        where=(follower_positions.c.position <= statement.excluded.position)
+        if forward_only
+        else None,
     )
 
 
-FEED_UNNUMBERED: Final = Query("feed_unnumbered", lambda _: _unnumbered(), FoundRow)
+FEED_UNNUMBERED: Final = Query("feed_unnumbered", _unnumbered_and_who_numbers, UnnumberedRow)
 FEED_LOCK_IF_UNNUMBERED: Final = Query(
     "feed_lock_if_unnumbered", lambda _: _lock_if_unnumbered(), LockedRow
 )
@@ -142,4 +185,9 @@ FOLLOWER_POSITION: Final = Query(
     ),
     FollowerPositionRow,
 )
-RECORD_POSITION: Final = Write("record_position", _record_position)
+ADVANCE_POSITION: Final = Write(
+    "advance_position", lambda dialect: _record_position(dialect, forward_only=True)
+)
+REWIND_POSITION: Final = Write(
+    "rewind_position", lambda dialect: _record_position(dialect, forward_only=False)
+)

@@ -170,8 +170,11 @@ class RunTimesRow(NamedTuple):
     updated_at: int | None
 
 
-class FoundRow(NamedTuple):
-    found: object  # a row exists (its value is of no interest)
+class UnnumberedRow(NamedTuple):
+    """An event without a feed position exists; who may give it one (`FEED_UNNUMBERED`)."""
+
+    role_may_number: bool  # the role may update positions, on a server that takes writes
+    numbers_here: bool  # and this transaction can: read-write, READ COMMITTED
 
 
 class FeedRow(NamedTuple):

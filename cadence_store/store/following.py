@@ -35,6 +35,7 @@ from ..repository.run_repository import RunRepository
 from ..storage.dialects import profile_of
 from ..storage.failures import READ, database_errors
 from ..storage.feed_statements import LISTEN_TO_FEED
+from ..storage.follower_names import FollowerNameHold
 from .runner import Runner
 
 DEFAULT_POLL_S: Final = 0.02
@@ -43,6 +44,8 @@ FEED_BATCH: Final = 500  # items read per page while following
 MAX_RETRY_S: Final = 2.0
 # with no wake-up, read again anyway after this many polls (an import sends no NOTIFY)
 _POLLS_PER_READ: Final = 50
+# NULL on a primary; on a standby, how far it has replayed (it changes as commits arrive)
+_REPLAYED: Final = "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END"
 
 Stop = threading.Event | Callable[[], bool] | None
 
@@ -53,19 +56,18 @@ def read_feed(
     """Committed events with a position above `after`, in feed order (`limit` of them
     at most; `run_id`: that run's only).
 
-    PostgreSQL: in a write transaction of its own (the fast path, committed at once),
-    which numbers what committed since the last reader did. SQLite: in a read snapshot
-    (an append numbers its own event, and a write transaction would take the lock), or,
-    when some imported events have no position yet, after a write that numbers them."""
+    In a read snapshot (on `read_bind` when given), which needs no write: writers number
+    their events (`RunRepository.read_feed`). Only when some event is still unnumbered
+    and this store's role may number it does it read in a write transaction on the
+    primary instead, which numbers first."""
 
     def work(runs: RunRepository) -> list[FeedItem]:
         return runs.read_feed(after=after, limit=limit, run_id=run_id)
 
     def numbered_only(runs: RunRepository) -> list[FeedItem] | None:
-        return None if runs.feed_unnumbered() else work(runs)
+        unnumbered = runs.feed_unnumbered()
+        return None if unnumbered is not None and unnumbered.role_may_number else work(runs)
 
-    if profile_of(runner.base_engine.dialect).feed_numbered_by_readers:
-        return runner.write(work)
     items = runner.read(numbered_only)
     return runner.write(work) if items is None else items
 
@@ -128,16 +130,22 @@ class _Waker(ABC):
 
 
 class _ListeningWaker(_Waker):
-    """PostgreSQL: LISTEN on a connection of its own; woken by a NOTIFY at commit."""
+    """PostgreSQL: LISTEN on a connection of its own; woken by a NOTIFY at commit. On a
+    standby (which takes no LISTEN, and hears no NOTIFY) it polls instead for replayed
+    WAL (`pg_last_wal_replay_lsn()`, every `poll_s`)."""
+
+    _replayed: Any = None  # on a standby: the replay position the last read saw
 
     def arm(self) -> None:
-        if self._pooled is not None:
+        if self._pooled is not None and self._replayed is None:
             return  # listening already: every NOTIFY since is queued on the connection
         driver = self._driver()
         try:
             with database_errors(READ):
                 driver.autocommit = True
-                driver.execute(LISTEN_TO_FEED)
+                self._replayed = driver.execute(_REPLAYED).fetchone()[0]
+                if self._replayed is None:  # a primary
+                    driver.execute(LISTEN_TO_FEED)
         except CadenceStoreError:
             self.drop()
             raise
@@ -146,6 +154,9 @@ class _ListeningWaker(_Waker):
         driver = self._driver()
         try:
             with database_errors(READ):
+                if self._replayed is not None:
+                    self._wait_for_replay(driver)
+                    return
                 for _ in range(_POLLS_PER_READ):
                     if any(True for _ in driver.notifies(timeout=self._poll_s, stop_after=1)):
                         for _ in driver.notifies(timeout=0):  # the rest: one read for all
@@ -156,6 +167,12 @@ class _ListeningWaker(_Waker):
         except CadenceStoreError:
             self.drop()  # re-listened on the next `arm`, and caught up
             raise
+
+    def _wait_for_replay(self, driver: Any) -> None:
+        for _ in range(_POLLS_PER_READ):
+            self.pause(self._poll_s)
+            if self._stopped() or driver.execute(_REPLAYED).fetchone()[0] != self._replayed:
+                return
 
 
 class _PollingWaker(_Waker):
@@ -199,7 +216,7 @@ def follow(
     position = start_position(runner, after, follower)
     if run_id is not None:
         require_run_id_text(run_id)
-    return _follow(runner, position, run_id, require_poll_s(poll_s), stop_check(stop))
+    return _follow(runner, position, run_id, require_poll_s(poll_s), stop_check(stop), follower)
 
 
 def start_position(runner: Runner, after: int, follower: str | None) -> int:
@@ -218,24 +235,33 @@ def _follow(
     run_id: str | None,
     poll_s: float,
     stopped: Callable[[], bool],
+    follower: str | None,
 ) -> Iterator[FeedItem]:
     engine = runner.base_engine
     waker_type = _ListeningWaker if profile_of(engine.dialect).notifies else _PollingWaker
     waker = waker_type(engine, poll_s, stopped)
+    name = None if follower is None else FollowerNameHold(engine, follower)
     retry_s = 0.0
+    lost = False
     try:
+        if name is not None:
+            name.take()  # `follower-in-use` while another follow holds it
         while not stopped():
             try:
+                if lost and name is not None:
+                    name.reaffirm()  # a lost connection may have taken the name with it
                 waker.arm()
                 batch = read_feed(runner, after=position, limit=FEED_BATCH, run_id=run_id)
             except CadenceStoreError as error:
                 if not error.retryable:
                     raise
                 waker.drop()  # lost: listened again, and caught up, on the next turn
+                lost = True
                 waker.pause(retry_s)
                 retry_s = min(MAX_RETRY_S, max(poll_s, retry_s * 2))
                 continue
             retry_s = 0.0
+            lost = False
             for item in batch:
                 yield item
                 position = item.position
@@ -247,5 +273,8 @@ def _follow(
                 except CadenceStoreError as error:
                     if not error.retryable:
                         raise
+                    lost = True
     finally:
         waker.drop()
+        if name is not None:
+            name.release()

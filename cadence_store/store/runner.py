@@ -31,11 +31,11 @@ from sqlalchemy.util.concurrency import await_only, in_greenlet
 from ..errors import CadenceStoreError, StoreBusyError, StoreUnavailableError
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction
-from ..storage.call_budget import attempts_bounded
+from ..storage.call_budget import attempts_bounded, end_idle_watchdog
 from ..storage.dialects import profile_of
 from ..storage.engine import masked_url, read_snapshot
 from ..storage.failures import READ, database_errors, is_database_error, is_retryable
-from ..storage.feed_notifier import flush_notifier
+from ..storage.feed_notifier import close_notifier
 from ..storage.shape import assert_store_ready
 from ..telemetry import record_busy_retry
 from .direct_write import DirectWrites, fits_direct_writes
@@ -141,7 +141,8 @@ class Runner:
     def close(self) -> None:
         self._closed = True
         self.release_kept()
-        flush_notifier(self.base_engine)  # followers hear of the last commits first
+        close_notifier(self.base_engine)  # followers hear of the last commits first
+        end_idle_watchdog()
         _RUNNERS.discard(self)
 
     def _after_fork_in_child(self) -> None:

@@ -18,28 +18,34 @@ from entry_points import AsyncEntry, RepositoryEntry, UnitOfWorkEntry
 from sqlalchemy import Engine, text
 from support import ROOT_HASH
 
-from cadence_store import AsyncRunStore, FeedItem, InvalidInputError, RunStore
+from cadence_store import (
+    AsyncRunStore,
+    FeedItem,
+    InvalidInputError,
+    OperationConflictError,
+    RunStore,
+)
 from cadence_store.journal import RunEvent
 
 BAD_FOLLOWERS = ["", " reader", "reader ", "a/b", "x" * 129, 7, None, b"reader"]
 BAD_POSITIONS = [-1, 1.5, True, "3", None, 2**53]
 
 
-def record_position(store: Any, follower: Any, position: Any) -> None:
+def record_position(store: Any, follower: Any, position: Any, **options: Any) -> None:
     """`record_position` in a transaction of the entry point's kind."""
     if isinstance(store, AsyncEntry):
 
         async def record() -> None:
             async with store.async_store.unit_of_work() as uow:
-                await uow.runs.record_position(follower, position)
+                await uow.runs.record_position(follower, position, **options)
 
         store.run(record())
     elif isinstance(store, UnitOfWorkEntry | RepositoryEntry):
         with store._repository() as runs:
-            runs.record_position(follower, position)
+            runs.record_position(follower, position, **options)
     else:
         with store.unit_of_work() as uow:
-            uow.runs.record_position(follower, position)
+            uow.runs.record_position(follower, position, **options)
 
 
 def _started(store: Any, tag: str) -> str:
@@ -94,6 +100,20 @@ def test_a_follower_position_is_recorded_and_read(store):
     assert store.follower_position("projector") == 7
     record_position(store, "projector", 9)
     assert (store.follower_position("projector"), store.follower_position("mailer")) == (9, 3)
+
+
+def test_a_recorded_position_moves_back_only_when_told_to_rewind(store, rejected):
+    record_position(store, "projector", 9)
+    with rejected(OperationConflictError, "feed-position-backwards"):
+        record_position(store, "projector", 8)
+    record_position(store, "projector", 9)  # recording it again is no move
+    record_position(store, "projector", 12)
+    record_position(store, "projector", 4, rewind=True)
+    assert store.follower_position("projector") == 4
+    record_position(store, "fresh", 3, rewind=True)  # a first position, rewound or not
+    assert store.follower_position("fresh") == 3
+    with rejected(InvalidInputError, "invalid-rewind"):
+        record_position(store, "projector", 2, rewind="yes")
 
 
 @pytest.mark.parametrize("follower", BAD_FOLLOWERS, ids=repr)
@@ -230,7 +250,7 @@ def test_follow_survives_a_lost_connection(store, db: Engine):
     if db.dialect.name != "postgresql":
         pytest.skip("SQLite has no connection to lose")
     first = _started(store, "a")
-    items = store.follow(stop=lambda: False, poll_s=0.05)
+    items = store.follow(stop=lambda: False, poll_s=0.05, follower="survivor")
     assert len(_take(items, 2)) == 2
     with db.connect() as connection:  # every other backend of this database: the listener
         killed = connection.execute(
@@ -243,6 +263,9 @@ def test_follow_survives_a_lost_connection(store, db: Engine):
     store.transition(first, "running", operation_id="after-the-loss")
     [next_item] = _take(items, 1)
     assert (next_item.run_id, next_item.event.sequence) == (first, 3)
+    # its name went with the lost connection, and was taken again
+    with pytest.raises(OperationConflictError, match="follower-in-use"):
+        next(store.follow(follower="survivor", stop=lambda: False))
     items.close()
 
 
@@ -289,3 +312,89 @@ def test_imported_events_get_this_stores_positions(store, tmp_path):
         feed = destination.read_feed()
         assert [key for key in _keys(feed) if key[0] == first] == [(first, 1), (first, 2)]
         assert [item.position for item in feed] == [1, 2, 3, 4]
+
+
+def test_an_imported_run_whose_times_decrease_comes_in_sequence_order(store, tmp_path):
+    """A run imported with `recorded_at` going back in time (an export edited, a cadence
+    1.x store's clock set back) is still given its events in sequence order."""
+    import io
+    import json
+
+    import cadence_store
+    from cadence_store import export_store, import_store
+
+    other = f"sqlite:///{tmp_path}/source.sqlite3"
+    cadence_store.upgrade(other)
+    with RunStore(other, root_hash=ROOT_HASH) as source:
+        run_id = _started(source, "a")
+        source.transition(run_id, "running", operation_id="run-a")
+        out = io.StringIO()
+        export_store(source.engine, out)
+    lines = []
+    for line in out.getvalue().splitlines():
+        record = json.loads(line)
+        for event in record.get("events", []):
+            event["recorded_at"] = 2_000_000_000_000 - event["sequence"]  # decreasing
+        lines.append(json.dumps(record))
+    import_store(store.engine, io.StringIO("\n".join(lines) + "\n"))
+    earlier = _started(store, "b")  # a run of this store's own, numbered before or after
+    feed = store.read_feed()
+    assert _in_run_order(_keys(feed), run_id) == [1, 2, 3]
+    assert _in_run_order(_keys(feed), earlier) == [1, 2]
+    assert store.read_feed(run_id=run_id) == [item for item in feed if item.run_id == run_id]
+
+
+def _first_of(items: Iterator[FeedItem]) -> FeedItem:
+    return next(items)
+
+
+@pytest.mark.run_store_only
+def test_a_follower_name_is_held_by_one_follow_at_a_time(store):
+    _started(store, "a")
+    holding = store.follow(follower="projector", stop=threading.Event(), poll_s=0.01)
+    assert _first_of(holding).event.sequence == 1
+    second = store.follow(follower="projector", stop=threading.Event(), poll_s=0.01)
+    with pytest.raises(OperationConflictError) as refused:
+        next(second)  # the name is taken when the first item is asked for
+    assert refused.value.code == "follower-in-use"
+    other = store.follow(follower="mailer", stop=threading.Event(), poll_s=0.01)
+    assert _first_of(other).event.sequence == 1  # another name is free
+    other.close()
+    holding.close()  # gives the name up at once
+    again = store.follow(follower="projector", stop=threading.Event(), poll_s=0.01)
+    assert _first_of(again).event.sequence == 1
+    again.close()
+
+
+@pytest.mark.run_store_only
+@pytest.mark.parametrize("bind", ["url", "async-engine"])
+def test_an_async_follower_name_is_held_by_one_follow_at_a_time(store_url, store, bind):
+    """Both async followers: the sync one in a worker thread (a store made from a URL),
+    and the one polling on the event loop (a host's `AsyncEngine`)."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from cadence_store.async_store import async_database_url
+
+    _started(store, "a")
+
+    async def follow_twice() -> str:
+        engine = create_async_engine(async_database_url(store_url)) if bind != "url" else None
+        async with AsyncRunStore(engine or store_url, root_hash=ROOT_HASH) as async_store:
+            first = async_store.follow(follower="projector", stop=threading.Event(), poll_s=0.01)
+            async with aclosing(first) as holding:
+                assert (await anext(holding)).event.sequence == 1
+                second = async_store.follow(follower="projector", poll_s=0.01)
+                async with aclosing(second) as refused:
+                    with pytest.raises(OperationConflictError) as info:
+                        await anext(refused)
+                # and the sync follower of the same name is refused too
+                with pytest.raises(OperationConflictError):
+                    next(store.follow(follower="projector", stop=threading.Event()))
+            again = async_store.follow(follower="projector", poll_s=0.01)
+            async with aclosing(again) as items:
+                assert (await anext(items)).event.sequence == 1
+        if engine is not None:
+            await engine.dispose()
+        return info.value.code
+
+    assert asyncio.run(follow_twice()) == "follower-in-use"
