@@ -17,7 +17,7 @@ from ..journal.feed import (
     require_follower,
 )
 from ..journal.validation import is_storable, require_run_id_text
-from ..storage.failures import READ, coded
+from ..storage.failures import WRITE, database_errors
 from ..storage.feed_statements import (
     FEED_LOCK_IF_UNNUMBERED,
     FEED_PAGE,
@@ -28,33 +28,30 @@ from ..storage.feed_statements import (
     RECORD_POSITION,
 )
 from ..storage.rows import FeedRow
-from .core import EVENT_BATCH, RepositoryCore, journal_write
+from .core import EVENT_BATCH, JournalAccess
 
 
-class RunFeed(RepositoryCore):
-    """The feed calls of `RunRepository`."""
+class RunFeed:
+    """The feed calls of `RunRepository`, in `access`'s transaction."""
 
-    @coded(READ)
-    def read_feed(
-        self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
-    ) -> list[FeedItem]:
-        """Committed events with a position above `after`, in feed order (`limit` of them
-        at most; `run_id`: that run's only).
+    __slots__ = ("_access",)
 
-        Events committed without a position yet (on PostgreSQL every event, until its
-        transaction has committed; on SQLite imported ones) are numbered first
-        (`number_feed`), in this transaction: on PostgreSQL the feed's numbering lock is
-        then held until it ends, so a host transaction that reads the feed should end
-        soon."""
+    def __init__(self, access: JournalAccess) -> None:
+        self._access = access
+
+    def read_feed(self, after: int, limit: int | None, run_id: str | None) -> list[FeedItem]:
+        """Pages of `EVENT_BATCH` in feed order, after numbering what has no position yet
+        (on write statements then: the numbering takes its lock)."""
         after = require_feed_position(after)
         limit = require_feed_limit(limit)
         if run_id is not None and not is_storable(require_run_id_text(run_id)):
             return []  # no run can have this id
-        if self.transaction.profile.feed_numbered_by_readers or self.feed_unnumbered():
-            self.number_feed()
-            sql = self._write_statements()
+        if self._access.transaction.profile.feed_numbered_by_readers or self.feed_unnumbered():
+            with database_errors(WRITE):  # a write inside this read, coded as one
+                self.number_feed()
+            sql = self._access.write_statements()
         else:
-            sql = self._read_statements()
+            sql = self._access.read_statements()
         items: list[FeedItem] = []
         while True:
             wanted = EVENT_BATCH if limit is None else min(EVENT_BATCH, limit - len(items))
@@ -67,39 +64,35 @@ class RunFeed(RepositoryCore):
                 return items
             after = max(row.position for row in rows)  # the page's last
 
-    @coded(READ)
     def feed_unnumbered(self) -> bool:
         """Whether some event has no feed position yet."""
-        return self._read_statements().one(FEED_UNNUMBERED) is not None
+        return self._access.read_statements().one(FEED_UNNUMBERED) is not None
 
-    @journal_write
     def number_feed(self) -> int:
         """Give the events committed without a position theirs (PostgreSQL; on SQLite an
         append numbers its event itself, and only an import leaves some to number):
         the count numbered. The numbering lock is held until this transaction commits,
         so commit it soon (see `storage.feed_statements`)."""
-        sql = self._write_statements()
+        sql = self._access.write_statements()
         if (
-            self.transaction.profile.feed_numbered_by_readers
+            self._access.transaction.profile.feed_numbered_by_readers
             and sql.one(FEED_LOCK_IF_UNNUMBERED) is None
         ):
             return 0  # nothing to number: no lock taken
         return sql.write(NUMBER_FEED)
 
-    @coded(READ)
     def follower_position(self, follower: str) -> int:
         """The position `follower` recorded last (`record_position`), 0 if none."""
         require_follower(follower)
-        row = self._read_statements().one(FOLLOWER_POSITION, follower=follower)
+        row = self._access.read_statements().one(FOLLOWER_POSITION, follower=follower)
         return 0 if row is None else int(row.position)
 
-    @journal_write
     def record_position(self, follower: str, position: int) -> None:
         """Record that `follower` has applied every item up to `position`, in this
         transaction (with the host's rows: both commit, or neither)."""
         require_follower(follower)
         require_feed_position(position)
-        self._write_statements().write(RECORD_POSITION, follower=follower, position=position)
+        self._access.write_statements().write(RECORD_POSITION, follower=follower, position=position)
 
 
 def _item(row: FeedRow) -> FeedItem:
