@@ -51,7 +51,8 @@ class AsyncRunRepository:
         self.sync = RunRepository(
             session.sync_session, root_hash=root_hash, clock=clock, schema=schema
         )
-        self._runner: AsyncSession | AsyncConnection = session
+        # whose `run_sync` runs the synchronous repository on the transaction's connection
+        self._run_sync_on: AsyncSession | AsyncConnection = session
         self._session_of: Callable[[], AsyncSession] = lambda: session
 
     @classmethod
@@ -65,7 +66,7 @@ class AsyncRunRepository:
         transaction, run on `connection`; `session_of()` gives its `AsyncSession`."""
         repository = cls.__new__(cls)
         repository.sync = sync
-        repository._runner = connection
+        repository._run_sync_on = connection
         repository._session_of = session_of
         return repository
 
@@ -96,7 +97,7 @@ class AsyncRunRepository:
         host's statement) is coded as a write failure, as in a unit of work."""
         sync = self.sync
         with database_errors(WRITE):
-            return await self._runner.run_sync(lambda _: work(sync))
+            return await self._run_sync_on.run_sync(lambda _: work(sync))
 
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (no database work)."""

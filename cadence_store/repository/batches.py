@@ -3,7 +3,7 @@
 A `transition` call cannot return before the database has answered it: whether its
 operation id is recorded already (a replay) decides what it writes, so each call costs a
 round trip on PostgreSQL. A batch knows all its operation ids at once and asks once: it
-locks its runs' rows (in run id order, `run_repository.py`'s lock order) and reads every
+locks its runs' rows (in run id order, `core.py`'s lock order) and reads every
 receipt, in one round trip on PostgreSQL (pipeline mode). It then decides each request in
 order, in memory, as `transition_once` would decide it in the same transaction. Only then
 is anything written: the runs' heads, each by compare-and-set from the head it was locked
@@ -39,7 +39,7 @@ from ..storage.batch_statements import (
 from ..storage.rows import BatchReceiptRow
 from ..storage.run_statements import HEAD_FOR_UPDATE
 from ..storage.statements import Statements, json_rows
-from .core import TRANSITIONED, NextEvent, RepositoryCore, journal_write, transition_payload
+from .core import TRANSITIONED, JournalAccess, NextEvent, transition_payload
 from .transaction import RunHead
 
 _Receipt = tuple[str, str]  # (run id, operation id)
@@ -55,33 +55,24 @@ class _RunPlan:
     events: list[tuple[NextEvent, str]] = field(default_factory=list)
 
 
-class TransitionBatches(RepositoryCore):
+class TransitionBatches:
     """`RunRepository`'s batches of transitions (no lease: a fenced transition is a call
-    of its own)."""
+    of its own), in `access`'s transaction."""
 
-    def transition_many(
-        self, requests: Iterable[Transition | Mapping[str, Any]]
-    ) -> list[RunProjection]:
-        """Several transitions in one go (`transition_many_once`'s rules): the projection
-        after each request, in order."""
-        return [projection for projection, _ in self.transition_many_once(requests)]
+    __slots__ = ("_access",)
 
-    @journal_write
+    def __init__(self, access: JournalAccess) -> None:
+        self._access = access
+
     def transition_many_once(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[tuple[RunProjection, bool]]:
-        """Each request (`Transition`, or a mapping of its fields) as `transition_once`
-        would answer it, called in order in this transaction: `(projection, appended)`.
-
-        The requests may name several runs, and an operation id twice (the second
-        replays the first). Their statements are sent together: on PostgreSQL four round
-        trips for the whole batch, where calls of `transition` take one each. A request
-        that would fail (an illegal move, an unknown run, an operation id of another
-        kind, bad input) raises its error, and nothing of the batch is written."""
+        """Lock and read once, decide each request in memory, then write the plans (see
+        the module's docstring)."""
         checked = check_transitions(requests)
         if not checked:
             return []
-        sql = self._write_statements()
+        sql = self._access.write_statements()
         heads, receipts = self._lock_and_read(sql, checked)
         plans: dict[str, _RunPlan] = {}
         upserts: set[_Receipt] = set()
@@ -95,7 +86,7 @@ class TransitionBatches(RepositoryCore):
     ) -> tuple[dict[str, RunHead | None], dict[_Receipt, BatchReceiptRow | None]]:
         """The runs' heads (locked, in run id order; kept ones as this transaction left
         them) and the requests' receipts, read after the locks: one round trip."""
-        transaction = self.transaction
+        transaction = self._access.transaction
         heads: dict[str, RunHead | None] = {}
         unlocked = []
         for run_id in sorted({request.run_id for request in requests}):
@@ -114,7 +105,7 @@ class TransitionBatches(RepositoryCore):
         )
         for run_id, rows in zip(unlocked, locked, strict=True):
             row = next((HEAD_FOR_UPDATE.row(*columns) for columns in rows), None)
-            heads[run_id] = self._head_of(run_id, row, keep=True)
+            heads[run_id] = self._access.head_of(run_id, row, keep=True)
         stored = {}
         for columns in found:
             receipt = RECEIPTS_OF_BATCH.row(*columns)
@@ -145,7 +136,7 @@ class TransitionBatches(RepositoryCore):
             raise RunNotFoundError("run-not-found")
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
-        event = self._next_event(
+        event = NextEvent.after(
             head, TRANSITIONED, transition_payload(head.document(), to, request.code)
         )
         plan = plans.get(run_id)
@@ -167,7 +158,7 @@ class TransitionBatches(RepositoryCore):
     ) -> None:
         """Each run's head moved from the head it was locked at to its last one, then
         every event and receipt of the batch."""
-        now = self._append_now()
+        now = self._access.append_now()
         advances = []
         for plan in plans.values():
             advance = plan.last.parameters()
@@ -189,7 +180,7 @@ class TransitionBatches(RepositoryCore):
         for event, operation_id in appended:
             run_id, sequence = event.head.run_id, event.head.sequence + 1
             if (run_id, operation_id) in upserts:
-                self._record(
+                self._access.record(
                     sql, run_id, operation_id, TRANSITIONED, event.projection_json, sequence
                 )
             else:
@@ -203,7 +194,7 @@ class TransitionBatches(RepositoryCore):
                     }
                 )
         sql.write_rows(INSERT_RECEIPTS, inserted)
-        transaction = self.transaction
+        transaction = self._access.transaction
         transaction.note_append(count=len(appended))
         for plan in plans.values():
             transaction.keep_head(plan.last.next_head())

@@ -11,31 +11,40 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InvalidInputError, OperationConflictError, RunNotFoundError
-from ..journal import OperationLease, RunProjection
+from ..journal import RunProjection
 from ..journal.documents import Document, built_projection, stored_projection
-from ..journal.validation import check_deliveries, check_delivery, require_findable_run
-from ..journal.values import ApprovalProof, BindDelivery
+from ..journal.validation import check_deliveries, require_findable_run
+from ..journal.values import BindDelivery
 from ..journal.vocabulary import DELIVERY_BOUND
 from ..storage.rows import BindingReceiptRow
 from ..storage.run_statements import BINDING, INSERT_BINDING
 from ..storage.statements import Statements
-from .core import RepositoryCore, journal_write
-from .leases import LeaseRules, fenced
+from .appender import EventAppender
+from .core import JournalAccess
+from .leases import Leases, fenced
 
 
-class DeliveryBindings(LeaseRules, RepositoryCore):
-    """`RunRepository`'s delivery bindings (fenced by a lease when one is given)."""
+class DeliveryBindings:
+    """`RunRepository`'s delivery bindings (fenced by a lease when one is given), in
+    `access`'s transaction."""
+
+    __slots__ = ("_access", "_appender", "_leases")
+
+    def __init__(self, access: JournalAccess, appender: EventAppender, leases: Leases) -> None:
+        self._access = access
+        self._appender = appender
+        self._leases = leases
 
     def _bind_checked(self, sql: Statements, request: BindDelivery) -> tuple[RunProjection, bool]:
         """Bind one checked request; the flag says whether an event was appended (False:
         a replayed operation id, or a binding already stored with this very receipt)."""
         require_findable_run(request.run_id, request.lease)
-        head = self._head(sql, request.run_id, lock=True)
+        head = self._access.head(sql, request.run_id, lock=True)
         if request.lease is not None:
             if request.lease.run_id != request.run_id:
                 raise fenced(request.lease, f"it is a lease of another run than {request.run_id}")
-            self._assert_live(sql, request.lease)
-        replay = self._replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
+            self._leases.assert_live(sql, request.lease)
+        replay = self._access.replay(sql, request.run_id, request.operation_id, DELIVERY_BOUND)
         if replay is not None:
             return replay, False
         proof = request.approval_proof
@@ -56,7 +65,7 @@ class DeliveryBindings(LeaseRules, RepositoryCore):
         if existing is not None:
             if existing != wanted:
                 raise OperationConflictError("delivery-revision-conflict")
-            self._record(
+            self._access.record(
                 sql,
                 request.run_id,
                 request.operation_id,
@@ -87,8 +96,8 @@ class DeliveryBindings(LeaseRules, RepositoryCore):
                 "contractHash": proof.contract_hash,
                 "recordHash": proof.record_hash,
             }
-        document, projection_json = self._append(sql, head, DELIVERY_BOUND, payload)
-        self._record(
+        document, projection_json = self._appender.append(sql, head, DELIVERY_BOUND, payload)
+        self._access.record(
             sql,
             request.run_id,
             request.operation_id,
@@ -98,53 +107,18 @@ class DeliveryBindings(LeaseRules, RepositoryCore):
         )
         return built_projection(document), True
 
-    @journal_write
-    def bind_delivery(
-        self,
-        run_id: str,
-        gate: str,
-        revision: int,
-        receipt_hash: str,
-        *,
-        operation_id: str,
-        approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> RunProjection:
-        """Record the receipt of delivery gate `gate` (`gate-a`, `gate-b`) at `revision`
-        (`delivery-bound` event and a `delivery_bindings` row), with an optional
-        `approval_proof`; returns the projection. The same gate and revision with the same
-        `receipt_hash` writes nothing more; another receipt is `delivery-revision-conflict`.
-        `lease`: the write is fenced by that lease."""
-        request = check_delivery(
-            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
-        )
-        projection, _ = self._bind_checked(self._write_statements(), request)
+    def bind_delivery(self, request: BindDelivery) -> RunProjection:
+        """One checked request (`check_delivery`) bound on the write statements."""
+        projection, _ = self._bind_checked(self._access.write_statements(), request)
         return projection
 
-    def check_deliveries(self, inputs: object) -> list[BindDelivery]:
-        """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
-        return check_deliveries(inputs)
-
-    def bind_deliveries(
-        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
-    ) -> RunProjection:
-        """Bind several deliveries of one run (`bind_deliveries_once`'s rules)."""
-        projection, _ = self.bind_deliveries_once(requests)
-        return projection
-
-    @journal_write
     def bind_deliveries_once(
         self, requests: Iterable[BindDelivery | Mapping[str, Any]]
     ) -> tuple[RunProjection, bool]:
-        """Bind deliveries of one run (one lease), and say whether any of them appended
-        an event: `(projection, appended)`.
-
-        `appended` is False when every request replayed its operation id or found its
-        binding already stored with the same receipt: a host `Session` adds its own rows
-        (an audit row, an outbox message) only when it is True, so a retried request adds
-        them once. The inputs follow `bind_deliveries_atomically`'s rules."""
+        """Each checked request bound in order on the same write statements; the
+        projection after the last, and whether any appended."""
         checked = check_deliveries(requests)
-        sql = self._write_statements()
+        sql = self._access.write_statements()
         projection: RunProjection | None = None
         appended = False
         for request in checked:

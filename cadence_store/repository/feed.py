@@ -19,7 +19,7 @@ from ..journal.feed import (
     require_follower,
 )
 from ..journal.validation import is_storable, require_bool, require_run_id_text
-from ..storage.failures import READ, coded
+from ..storage.failures import WRITE, database_errors
 from ..storage.feed_statements import (
     ADVANCE_POSITION,
     FEED_LOCK_IF_UNNUMBERED,
@@ -31,38 +31,32 @@ from ..storage.feed_statements import (
     REWIND_POSITION,
 )
 from ..storage.rows import FeedRow, UnnumberedRow
-from .core import EVENT_BATCH, RepositoryCore, journal_write
+from .core import EVENT_BATCH, JournalAccess
 
 
-class RunFeed(RepositoryCore):
-    """The feed calls of `RunRepository`."""
+class RunFeed:
+    """The feed calls of `RunRepository`, in `access`'s transaction."""
 
-    @coded(READ)
-    def read_feed(
-        self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
-    ) -> list[FeedItem]:
-        """Committed events with a position above `after`, in feed order (`limit` of them
-        at most; `run_id`: that run's only).
+    __slots__ = ("_access",)
 
-        Positions are given after commit (PostgreSQL: by the appending process's feed
-        notifier, `storage.feed_notifier`; SQLite: by the append itself), so a reader
-        needs no write. Events still without one (an import, a writer that died between
-        its commit and its numbering) are numbered first (`number_feed`) when this
-        transaction can (read-write, READ COMMITTED, a role that may update the events):
-        the feed's numbering lock is then held until it ends, so such a transaction
-        should end soon. Otherwise they come later, after what is returned, once
-        numbered: a read-only role, a standby, a REPEATABLE READ transaction read what
-        is numbered."""
+    def __init__(self, access: JournalAccess) -> None:
+        self._access = access
+
+    def read_feed(self, after: int, limit: int | None, run_id: str | None) -> list[FeedItem]:
+        """Pages of `EVENT_BATCH` in feed order, after numbering what has no position yet
+        where this transaction may (on write statements then: the numbering takes its
+        lock); otherwise what is numbered."""
         after = require_feed_position(after)
         limit = require_feed_limit(limit)
         if run_id is not None and not is_storable(require_run_id_text(run_id)):
             return []  # no run can have this id
         unnumbered = self.feed_unnumbered()
         if unnumbered is not None and unnumbered.numbers_here:
-            self.number_feed()
-            sql = self._write_statements()
+            with database_errors(WRITE):  # a write inside this read, coded as one
+                self.number_feed()
+            sql = self._access.write_statements()
         else:
-            sql = self._read_statements()
+            sql = self._access.read_statements()
         items: list[FeedItem] = []
         while True:
             wanted = EVENT_BATCH if limit is None else min(EVENT_BATCH, limit - len(items))
@@ -75,45 +69,37 @@ class RunFeed(RepositoryCore):
                 return items
             after = max(row.position for row in rows)  # the page's last
 
-    @coded(READ)
     def feed_unnumbered(self) -> UnnumberedRow | None:
         """None when every event has a feed position; else who may number them."""
-        return self._read_statements().one(FEED_UNNUMBERED)
+        return self._access.read_statements().one(FEED_UNNUMBERED)
 
-    @journal_write
     def number_feed(self) -> int:
         """Give the events committed without a position theirs (PostgreSQL; on SQLite an
         append numbers its event itself, and only an import leaves some to number):
         the count numbered. The numbering lock is held until this transaction commits,
         so commit it soon (see `storage.feed_statements`)."""
-        sql = self._write_statements()
+        sql = self._access.write_statements()
         if (
-            self.transaction.profile.feed_numbered_by_readers
+            self._access.transaction.profile.feed_numbered_by_readers
             and sql.one(FEED_LOCK_IF_UNNUMBERED) is None
         ):
             return 0  # nothing to number: no lock taken
         return sql.write(NUMBER_FEED)
 
-    @coded(READ)
     def follower_position(self, follower: str) -> int:
         """The position `follower` recorded last (`record_position`), 0 if none."""
         require_follower(follower)
-        row = self._read_statements().one(FOLLOWER_POSITION, follower=follower)
+        row = self._access.read_statements().one(FOLLOWER_POSITION, follower=follower)
         return 0 if row is None else int(row.position)
 
-    @journal_write
-    def record_position(self, follower: str, position: int, *, rewind: bool = False) -> None:
-        """Record that `follower` has applied every item up to `position`, in this
-        transaction (with the host's rows: both commit, or neither).
-
-        A position below the one recorded is refused (`feed-position-backwards`, nothing
-        written): the follower would apply those items again. `rewind=True` moves it back
-        on purpose (a read model rebuilt from an earlier point)."""
+    def record_position(self, follower: str, position: int, rewind: bool) -> None:
+        """Record `follower`'s position; a lower one only with `rewind`."""
         require_follower(follower)
         require_feed_position(position)
         require_bool(rewind, "invalid-rewind")
         statement = REWIND_POSITION if rewind else ADVANCE_POSITION
-        if not self._write_statements().write(statement, follower=follower, position=position):
+        sql = self._access.write_statements()
+        if not sql.write(statement, follower=follower, position=position):
             raise OperationConflictError(
                 FEED_POSITION_BACKWARDS,
                 f"{follower!r} has recorded a later position; rewind=True moves it back",

@@ -41,13 +41,7 @@ from ..storage.run_statements import (
     RESTART_LEASE,
 )
 from ..storage.statements import Statements
-from .core import (
-    LEASE,
-    ExpiryNeeded,
-    RepositoryCore,
-    expiry,
-    journal_write,
-)
+from .core import LEASE, ExpiryNeeded, JournalAccess, expiry
 
 logger = logging.getLogger(__name__)
 
@@ -85,14 +79,22 @@ def new_lease_token() -> str:
     return str(uuid.uuid4())
 
 
-class LeaseRules(RepositoryCore):
-    """The lease calls of `RunRepository`."""
+LeaseInput = OperationLease | Mapping[str, Any]
 
-    def _assert_live(self, sql: Statements, lease: OperationLease) -> tuple[OperationRow, int]:
+
+class Leases:
+    """The lease calls of `RunRepository`, in `access`'s transaction."""
+
+    __slots__ = ("_access",)
+
+    def __init__(self, access: JournalAccess) -> None:
+        self._access = access
+
+    def assert_live(self, sql: Statements, lease: OperationLease) -> tuple[OperationRow, int]:
         """The locked row of `lease`'s operation and the lease time it was judged at, or
         `lease-fenced`. The token decides which grant is live (no clock involved); the
         lease time decides only whether that grant has expired."""
-        row, now = self._timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
+        row, now = self._access.timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
         if (
             row is None
             or now is None
@@ -103,38 +105,36 @@ class LeaseRules(RepositoryCore):
             raise fenced(lease, _fence_reason(row, lease, now))
         return row, now
 
-    @journal_write
     def acquire_lease(
         self,
         run_id: str,
         operation_id: str,
         ttl_ms: int,
-        *,
-        preempt: bool = False,
-        exclusive: bool = False,
-        lease_token: str | None = None,
+        preempt: bool,
+        exclusive: bool,
+        lease_token: str | None,
     ) -> OperationLease:
-        """`lease_token`: the token to grant (default: a fresh one). A live lease already
-        granted under it is returned as it is, whatever `preempt` and `exclusive` say:
-        `RunStore` passes the same token to every attempt of one call, so an attempt
-        re-run after a lost connection finds the lease its first attempt took."""
+        """A grant after the run's row and the operation's row are locked (on the
+        server's clock, lease time is read after both locks)."""
         require_operation_id(operation_id)
         ttl = require_ttl(ttl_ms)
         require_bool(preempt, "invalid-lease-option")
         require_bool(exclusive, "invalid-lease-option")
         require_run_id(run_id)
-        sql = self._write_statements()
-        if self._server_clock():
+        sql = self._access.write_statements()
+        if self._access.server_clock():
             locked = sql.one(HEAD_FOR_UPDATE_TIMED, run_id=run_id)
             if locked is None:
                 raise RunNotFoundError("run-not-found")
-            existing, existing_now = self._timed_operation(sql, run_id, operation_id, lock=True)
+            existing, existing_now = self._access.timed_operation(
+                sql, run_id, operation_id, lock=True
+            )
             # the later reading, after the operation row's lock too, when there is a row
             now = int(locked.now) if existing_now is None else existing_now
         else:
-            self._require_head(sql, run_id, lock=True)
-            now = self._now()
-            existing = self._operation(sql, run_id, operation_id, lock=True)
+            self._access.require_head(sql, run_id, lock=True)
+            now = self._access.now()
+            existing = self._access.operation(sql, run_id, operation_id, lock=True)
         if existing is not None and existing.kind != LEASE:
             # a journal receipt is never turned into a lease (cadence 1.x overwrote it)
             raise OperationConflictError("operation-id-conflict")
@@ -173,14 +173,12 @@ class LeaseRules(RepositoryCore):
         )
         return lease
 
-    @journal_write
-    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
-        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
-        it is no longer the live grant."""
+    def renew_lease(self, lease: LeaseInput, ttl_ms: int) -> OperationLease:
+        """The live grant's expiry moved, judged under the operation row's lock."""
         ttl = require_ttl(ttl_ms)
         checked = coerce_lease(lease)
-        sql = self._write_statements()
-        row, now = self._assert_live(sql, checked)
+        sql = self._access.write_statements()
+        row, now = self.assert_live(sql, checked)
         expires_at = expiry(now, ttl)
         sql.write(
             RENEW_LEASE,
@@ -191,15 +189,13 @@ class LeaseRules(RepositoryCore):
         )
         return checked.model_copy(update={"expires_at": expires_at, "fence": row.lease_fence or 0})
 
-    @journal_write
-    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
-        operation; writes nothing."""
-        self._assert_live(self._write_statements(), coerce_lease(lease))
+    def assert_lease(self, lease: LeaseInput) -> None:
+        """`assert_live` on this transaction's write statements (the row stays locked)."""
+        self.assert_live(self._access.write_statements(), coerce_lease(lease))
 
     def _finish_lease(self, lease: OperationLease, state: str, outcome_json: str | None) -> None:
-        sql = self._write_statements()
-        self._assert_live(sql, lease)
+        sql = self._access.write_statements()
+        self.assert_live(sql, lease)
         changed = sql.write(
             FINISH_LEASE,
             run_id=lease.run_id,
@@ -211,13 +207,9 @@ class LeaseRules(RepositoryCore):
         if changed != 1:
             raise fenced(lease, "its row changed meanwhile")
 
-    @journal_write
-    def commit_lease(
-        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """End a live lease with `outcome` (a JSON object), marking the operation committed;
-        returns the stored outcome. A second commit of the same lease is `lease-fenced` (the
-        outcome stays; `inspect_operation` shows it)."""
+    def commit_lease(self, lease: LeaseInput, outcome: Mapping[str, Any]) -> dict[str, Any]:
+        """`outcome` stored as JSON.stringify writes it (a lossy number refused), and
+        read back as stored."""
         checked = coerce_lease(lease)
         if not isinstance(outcome, Mapping):
             raise InvalidInputError("operation-outcome-invalid")
@@ -232,26 +224,18 @@ class LeaseRules(RepositoryCore):
         result: dict[str, Any] = json.loads(serialized)
         return result
 
-    @journal_write
-    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """End a live lease without an outcome, marking the operation interrupted (another
-        holder may then acquire it)."""
+    def interrupt_lease(self, lease: LeaseInput) -> None:
+        """The live grant finished without an outcome."""
         self._finish_lease(coerce_lease(lease), INTERRUPTED, None)
 
-    @journal_write
     def finished_lease(
-        self,
-        lease: OperationLease | Mapping[str, Any],
-        state: str,
-        outcome: Mapping[str, Any] | None = None,
+        self, lease: LeaseInput, state: str, outcome: Mapping[str, Any] | None
     ) -> bool:
-        """Whether `lease`'s operation is already finished as `state` (COMMITTED with
-        exactly `outcome`, or INTERRUPTED): `RunStore` re-runs a commit or an interrupt
-        whose acknowledgement was lost, and one already done counts as done. Finishing
-        clears the token (as cadence 1.x did), so this cannot tell the caller's own
-        finish from an identical one; the recorded result is the same either way."""
+        """The operation's row compared with `state` and `outcome` (as JSON text)."""
         checked = coerce_lease(lease)
-        row = self._operation(self._write_statements(), checked.run_id, checked.operation_id)
+        row = self._access.operation(
+            self._access.write_statements(), checked.run_id, checked.operation_id
+        )
         if row is None or row.kind != LEASE or row.state != state:
             return False
         if outcome is None:
@@ -261,25 +245,23 @@ class LeaseRules(RepositoryCore):
         except (JsonValueError, RecursionError, TypeError):
             return False
 
-    @journal_write
     def inspect_operation(
-        self, run_id: str, operation_id: str, *, expire: bool = True
+        self, run_id: str, operation_id: str, expire: bool
     ) -> OperationStatus | None:
-        """`expire=False` (a read on a standby): raise `ExpiryNeeded` instead of marking an
-        expired lease interrupted."""
+        """A read (coded as one) unless it finds an expired lease to mark interrupted."""
         require_operation_id(operation_id)
         require_run_id(run_id)
-        sql = self._write_statements()
+        sql = self._access.write_statements()
         with database_errors(READ):  # a read, unless it finds an expired lease to mark
-            self._require_head(sql, run_id, lock=False)
-            row, now = self._timed_operation(sql, run_id, operation_id, lock=False)
+            self._access.require_head(sql, run_id, lock=False)
+            row, now = self._access.timed_operation(sql, run_id, operation_id, lock=False)
         if row is None or now is None:
             return None
         if standing(row, now) is LeaseStanding.EXPIRED:
             if not expire:
                 raise ExpiryNeeded()
             sql.write(EXPIRE_LEASE, run_id=run_id, operation_id=operation_id, now=now)
-            row = self._operation(sql, run_id, operation_id)
+            row = self._access.operation(sql, run_id, operation_id)
             if row is None:
                 raise JournalIntegrityError("operation-recovery-invalid")
         if row.state not in (RUNNING, COMMITTED, INTERRUPTED):
@@ -291,10 +273,9 @@ class LeaseRules(RepositoryCore):
             fence=row.lease_fence if row.kind == LEASE else None,
         )
 
-    @journal_write
     def recover_expired_leases(self) -> int:
-        """Mark every expired running lease interrupted; returns how many were."""
-        sql = self._write_statements()
-        if self._server_clock():
+        """One UPDATE of every expired running lease, by the lease clock."""
+        sql = self._access.write_statements()
+        if self._access.server_clock():
             return sql.write(EXPIRE_LEASES_TIMED)
-        return sql.write(EXPIRE_LEASES, now=self._now())
+        return sql.write(EXPIRE_LEASES, now=self._access.now())

@@ -17,7 +17,6 @@ from ..journal.replay import replay_rows
 from ..journal.validation import require_operation_id, require_run_id
 from ..journal.verification import MIRRORED_COLUMNS, stored_difference
 from ..journal.views import RunDetail, StoreCounts, check_run_listing
-from ..storage.failures import READ, coded
 from ..storage.rows import EventRow, OperationOfRunRow
 from ..storage.run_statements import (
     BINDINGS_OF_RUN,
@@ -34,7 +33,7 @@ from ..storage.run_statements import (
 )
 from ..storage.statements import Query, Statements
 from . import queries
-from .core import EVENT_BATCH, RepositoryCore
+from .core import EVENT_BATCH, JournalAccess
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +63,14 @@ def _whole(
             yield from page
 
 
-class RunReading(RepositoryCore):
-    """The reading and verifying calls of `RunRepository`."""
+class RunReads:
+    """The reading and verifying calls of `RunRepository`, in `access`'s transaction."""
 
-    @coded(READ)
+    __slots__ = ("_access",)
+
+    def __init__(self, access: JournalAccess) -> None:
+        self._access = access
+
     def recorded_outcome(self, run_id: str, operation_id: str, kind: str) -> RunProjection | None:
         """The projection a journal operation id (`kind`: its event type) recorded when it
         committed, or None. `RunStore` looks here first when it re-runs a call whose
@@ -75,16 +78,14 @@ class RunReading(RepositoryCore):
         check (its lease was live when it committed; it may have expired since)."""
         require_operation_id(operation_id)
         require_run_id(run_id)
-        return self._replay(self._read_statements(), run_id, operation_id, kind)
+        return self._access.replay(self._access.read_statements(), run_id, operation_id, kind)
 
-    @coded(READ)
     def status(self, run_id: str) -> RunProjection:
         """The run's stored projection (no replay); `run-not-found` if there is none."""
         require_run_id(run_id)
-        head = self._require_head(self._read_statements(), run_id, lock=False)
+        head = self._access.require_head(self._access.read_statements(), run_id, lock=False)
         return stored_projection(head.projection_json)
 
-    @coded(READ)
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash, recorded_at) in order,
         fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
@@ -100,7 +101,7 @@ class RunReading(RepositoryCore):
         event): the first a plain query (`first`, when the caller read it already), the
         rest of a long chain one streamed statement (`EVENTS_OF_RUN_REST`); close it to
         end that statement early."""
-        sql = self._read_statements()
+        sql = self._access.read_statements()
         page = (
             sql.raw_rows(EVENTS_OF_RUN_PAGE, run_id=run_id, limit=EVENT_BATCH)
             if first is None
@@ -113,17 +114,15 @@ class RunReading(RepositoryCore):
             after = EventRow(*page[-1]).sequence
             yield from sql.raw_pages(EVENTS_OF_RUN_REST, EVENT_BATCH, run_id=run_id, after=after)
 
-    @coded(READ)
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         """The run's events in sequence order, read in batches."""
         require_run_id(run_id)
-        self._require_head(self._read_statements(), run_id, lock=False)
+        self._access.require_head(self._access.read_statements(), run_id, lock=False)
         for row in self.iter_event_rows(run_id):
             fields = dict(zip(_EVENT_FIELDS, row, strict=True))
             fields["payload"] = event_payload(fields["payload"], run_id, fields["sequence"])
             yield RunEvent.model_construct(**fields)
 
-    @coded(READ)
     def list_events(self, run_id: str) -> list[RunEvent]:
         """The run's events in sequence order (`iter_events` streams them instead)."""
         return list(self.iter_events(run_id))
@@ -161,15 +160,13 @@ class RunReading(RepositoryCore):
         finally:
             pages.close()  # a replay stopped early: its streaming cursor, now
 
-    @coded(READ)
     def rebuild_projection(self, run_id: str) -> RunProjection:
         """Replay the run's events and return the projection they produce (without comparing
         it with the stored one: that is `verify_integrity`)."""
         require_run_id(run_id)
-        self._require_head(self._read_statements(), run_id, lock=False)
+        self._access.require_head(self._access.read_statements(), run_id, lock=False)
         return projection_of(self._replay_chain(run_id))
 
-    @coded(READ)
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with everything stored about the run: the
         projection (key order included), the run row's columns, the binding rows and the
@@ -189,7 +186,7 @@ class RunReading(RepositoryCore):
 
     def _verify_integrity(self, run_id: str) -> RunProjection:
         require_run_id(run_id)
-        sql = self._read_statements()
+        sql = self._access.read_statements()
         # the first page of each read, sent together (one round trip on PostgreSQL: a
         # short run verifies in one, where its reads one by one cost five); a page that
         # came back full is read again whole, streamed
@@ -252,33 +249,24 @@ class RunReading(RepositoryCore):
             raise receipt_error(run_id, problem)
         return projection_of(rebuilt)
 
-    @coded(READ)
     def run_ids(self) -> list[str]:
         """Every run id in the store, sorted."""
-        return [str(row.run_id) for row in self._read_statements().all(RUN_IDS)]
+        return [str(row.run_id) for row in self._access.read_statements().all(RUN_IDS)]
 
     # -- the read side (cadence_store.repository.queries) ------------------------------------------
 
-    @coded(READ)
     def list_runs(
         self,
-        *,
-        stage: str | Iterable[str] | None = None,
-        state: str | Iterable[str] | None = None,
-        change: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-        root_hash: str | None = None,
-        updated_after: int | None = None,
-        updated_before: int | None = None,
+        stage: str | Iterable[str] | None,
+        state: str | Iterable[str] | None,
+        change: str | None,
+        limit: int | None,
+        after: str | None,
+        root_hash: str | None,
+        updated_after: int | None,
+        updated_before: int | None,
     ) -> list[RunProjection]:
-        """Stored projections of the runs that match every filter given, in run id order.
-
-        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
-        last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
-        appended to strictly after / before that time (ms; runs without times never match).
-        """
+        """The listing's statement (one per filter shape) on the read statements."""
         listing = check_run_listing(
             stage=stage,
             state=state,
@@ -289,18 +277,16 @@ class RunReading(RepositoryCore):
             updated_after=updated_after,
             updated_before=updated_before,
         )
-        return queries.list_runs(self._read_statements(), listing)
+        return queries.list_runs(self._access.read_statements(), listing)
 
-    @coded(READ)
     def run_detail(self, run_id: str) -> RunDetail:
         """The run's projection, binding rows, operations (leases judged by the clock)
         and state timeline."""
         projection = self.status(run_id)
         return queries.run_detail(
-            self._read_statements(), projection, self.iter_events(run_id), self._now()
+            self._access.read_statements(), projection, self.iter_events(run_id), self._access.now()
         )
 
-    @coded(READ)
     def counts(self) -> StoreCounts:
         """Rows of runs, events, operations and bindings, and runs per state."""
-        return queries.counts(self._read_statements())
+        return queries.counts(self._access.read_statements())

@@ -3,110 +3,119 @@
 It never commits: whoever owns the session (a `UnitOfWork`, `RunStore`, or a host
 application) commits or rolls back the journal rows together with its own.
 
-Hash-chain append and lease fencing are enforced here, inside the transaction, after the
-rows they depend on are locked. Lock order, the same on every path so that no two paths
-can deadlock:
+Hash-chain append and lease fencing are enforced inside the transaction, after the rows
+they depend on are locked, in one lock order (`core.py`).
 
-1. PostgreSQL advisory transaction locks on run lookup keys (and start operation ids),
-   taken in sorted order — they serialise run creation per (root_hash, stage, key);
-2. run rows (`SELECT ... FOR UPDATE`), one run per call;
-3. operation rows (`SELECT ... FOR UPDATE`) for lease checks.
-
-On SQLite the transaction itself is the lock (BEGIN IMMEDIATE), and `FOR UPDATE` renders
-as nothing.
-
-The hot path runs Core statements, compiled once (`storage/statements.py`), on the
-DB-API cursor of the session's connection: the ORM's and SQLAlchemy's per-call work was
-the largest cost of an append (NOTES-engines), and an append only needs the locked run
-row, one INSERT and one UPDATE — O(1) in the chain's length.
-
-One job per module: `core` (the transaction, clock, locks, the chain's append), `leases`,
-`bindings` (delivery bindings), `reading` (reads and verification), `feed`; this module
-keeps the runs, their changes and transitions. Input rules are in `journal.validation`,
-stored JSON is decoded by `journal.documents`.
+`RunRepository` states each call (its signature, its error boundary, its contract) and
+hands it to the part that does the work, one part a module: `starts` (starting runs,
+binding a change), `transitions`, `batches` (`transition_many`), `bindings` (delivery
+bindings), `leases`, `reading` (reads and verification), `feed`. They stand on `core`
+(`JournalAccess`: the transaction, clock, locks, heads and receipts) and `appender`
+(`EventAppender`: the chain's append, O(1) in the chain's length, on Core statements
+compiled once and run on the DB-API cursor, `storage/statements.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import (
-    InvalidTransitionError,
-    JournalIntegrityError,
-    OperationConflictError,
-    RunNotFoundError,
-)
-from ..journal import (
-    RUN_STATES,
-    TERMINAL_STATES,
-    ZERO_EVENT_HASH,
-    OperationLease,
-    RunProjection,
-    apply_event,
-    hash_event,
-    js_stringify,
-)
-from ..journal.documents import (
-    Document,
-    built_projection,
-    parse_document,
-    projection_of,
-)
-from ..journal.run_ids import new_run_id
-from ..journal.validation import (
-    check_delivery,
-    lookup_keys,
-    require_change,
-    require_operation_id,
-    require_run_id,
-    require_stage,
-    require_transition_input,
-)
-from ..journal.vocabulary import (
-    CHANGE_BOUND,
-    COMMITTED,
-    DELIVERY_BOUND,
-    INTERRUPTED,
-    RUN_CREATED,
-)
-from ..journal.vocabulary import DESIGN_STAGE as DESIGN
-from ..storage.append_statements import INSERT_EVENT, INSERT_RUN
-from ..storage.rows import RunProjectionRow
-from ..storage.run_statements import (
-    BIND_CHANGE,
-    OWNER_OF_KEY,
-    REKEY_RUN,
-    RUN_BY_KEY,
-    START_RECEIPTS,
-)
-from ..storage.statements import Statements
+from sqlalchemy.orm import Session
+
+from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from ..journal.feed import FeedItem
+from ..journal.validation import check_deliveries, check_delivery, require_clock, require_root_hash
+from ..journal.values import ApprovalProof, BindDelivery, Transition
+from ..journal.views import RunDetail, StoreCounts
+from ..journal.vocabulary import CHANGE_BOUND, COMMITTED, DELIVERY_BOUND, INTERRUPTED
+from ..storage.failures import READ, coded
+from ..storage.rows import UnnumberedRow
+from ..storage.schema import require_schema_name
 from ..telemetry import instrument
+from .appender import EventAppender
 from .batches import TransitionBatches
 from .bindings import DeliveryBindings
 from .core import (
     EVENT_BATCH,
-    EVENT_REFUSED,
     LEASE,
     START,
     TRANSITIONED,
     Clock,
     ExpiryNeeded,
-    RepositoryCore,
+    JournalAccess,
     journal_write,
     system_clock,
-    transition_payload,
 )
 from .feed import RunFeed
-from .leases import LeaseRules, fenced
-from .reading import RunReading
-from .transaction import RunHead
+from .leases import Leases
+from .reading import RunReads
+from .starts import RunStarts
+from .transaction import JournalTransaction
+from .transitions import Transitions
 
 
 @instrument
-class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading, RunFeed):
+class RunRepository:
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
+
+    # its parts, one a job (annotated here so that a reader, or a tool, finds each)
+    _starts: RunStarts
+    _transitions: Transitions
+    _batches: TransitionBatches
+    _bindings: DeliveryBindings
+    _leases: Leases
+    _reads: RunReads
+    _feed: RunFeed
+
+    def __init__(
+        self,
+        session: Session | JournalTransaction,
+        *,
+        root_hash: str | None = None,
+        clock: Clock | None = None,
+        schema: str | None = None,
+    ) -> None:
+        """`session`: a host's `Session`, which the host commits (a `UnitOfWork` and
+        `RunStore` pass the `JournalTransaction` they own, with the values they checked).
+        `root_hash`: of the runs `start_run` starts; `clock`: milliseconds (default: the
+        system's, on PostgreSQL the server's); `schema`: the PostgreSQL schema of
+        cadence-store's tables (the session's other statements are left as they are)."""
+        if isinstance(session, JournalTransaction):
+            transaction = session
+            schema = transaction.schema
+        else:
+            root_hash = None if root_hash is None else require_root_hash(root_hash)
+            require_clock(clock)
+            schema = require_schema_name(schema)
+            transaction = JournalTransaction.on_session(session, schema)
+        self.transaction = transaction
+        self.schema = schema
+        access = JournalAccess(transaction, clock)
+        appender = EventAppender(access)
+        leases = Leases(access)
+        self._leases = leases
+        self._starts = RunStarts(access, appender, root_hash)
+        self._transitions = Transitions(access, appender, leases)
+        self._batches = TransitionBatches(access)
+        self._bindings = DeliveryBindings(access, appender, leases)
+        self._reads = RunReads(access)
+        self._feed = RunFeed(access)
+
+    @property
+    def root_hash(self) -> str | None:
+        """The root hash of the runs this repository starts (None: it starts none)."""
+        return self._starts.root_hash
+
+    @property
+    def session(self) -> Session:
+        """The session of this repository's transaction (for host rows)."""
+        return self.transaction.session
+
+    @property
+    def dialect_name(self) -> str | None:
+        """The engine's name (`sqlite`, `postgresql`), None while not known yet."""
+        return self.transaction.dialect_name
 
     # -- runs --------------------------------------------------------------------------
 
@@ -126,131 +135,16 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
         `provisional_aliases`) for a design run without a change yet: a second start with
         the same key returns that run. The same `operation_id` replays the recorded run.
         Needs a root hash (`invalid-root-hash` otherwise)."""
-        require_operation_id(operation_id)
-        require_stage(stage)
-        keys = lookup_keys(stage, change, provisional_key, provisional_aliases)
-        primary_key, *_aliases = keys  # a new run row holds the first; all are looked up
-        root_hash = self._require_root()
-        sql = self._write_statements()
-        scope = f"{root_hash}\x00{stage}\x00"
-        self._advisory_locks(sql, [scope + key for key in keys] + [f"{scope}op:{operation_id}"])
-
-        receipts = [
-            receipt
-            for receipt in sql.all(
-                START_RECEIPTS,
-                root_hash=root_hash,
-                stage=stage,
-                operation_id=operation_id,
-            )
-            if receipt.lookup_key is not None  # a run of this root and stage
-        ]
-        if receipts:
-            replay = next(
-                (
-                    r
-                    for r in receipts
-                    if r.kind == START
-                    and r.state == COMMITTED
-                    and r.outcome_json is not None
-                    and r.lookup_key in keys
-                ),
-                None,
-            )
-            if len(receipts) != 1 or replay is None:
-                raise OperationConflictError("operation-id-conflict")
-            document = parse_document(replay.outcome_json, "operation-outcome-invalid")
-            if document["runId"] != replay.run_id:
-                raise JournalIntegrityError("operation-outcome-invalid")
-            return projection_of(document)
-
-        existing: RunProjectionRow | None = None
-        for key in keys:
-            candidate = sql.one(RUN_BY_KEY, root_hash=root_hash, stage=stage, lookup_key=key)
-            if (
-                candidate is not None
-                and existing is not None
-                and candidate.run_id != existing.run_id
-            ):
-                raise OperationConflictError("run-lookup-conflict")
-            existing = existing or candidate
-        if existing is not None:
-            existing_id, existing_json = existing.run_id, existing.projection_json
-            document = parse_document(existing_json)
-            if stage == DESIGN and document.get("state") in TERMINAL_STATES:
-                # a finished design run gives its key up to a new run
-                sql.write(REKEY_RUN, run_id=existing_id, lookup_key=f"terminal:{existing_id}")
-            else:
-                self._record(
-                    sql, existing_id, operation_id, START, existing_json, document.get("sequence")
-                )
-                return projection_of(document)
-
-        run_id = new_run_id()
-        payload: Document = {"runId": run_id, "rootHash": root_hash, "stage": stage}
-        if change is not None:
-            payload["change"] = change
-        if provisional_key is not None:
-            payload["provisionalKey"] = provisional_key
-        event_hash = hash_event(1, RUN_CREATED, payload, ZERO_EVENT_HASH)
-        created = apply_event(None, 1, RUN_CREATED, payload, event_hash)
-        assert created is not None
-        projection_json = js_stringify(created)
-        # the run row and its first event, from one set of values (as an append's are)
-        first = {
-            "run_id": run_id,
-            "root_hash": root_hash,
-            "stage": stage,
-            "lookup_key": primary_key,
-            "change_name": change,
-            "provisional_key": provisional_key,
-            "state": created["state"],
-            "sequence": 1,
-            "type": RUN_CREATED,
-            "payload_json": js_stringify(payload),
-            "prior_hash": ZERO_EVENT_HASH,
-            "event_hash": event_hash,
-            "projection_json": projection_json,
-            "now": self._append_now(),
-        }
-        sql.write(INSERT_RUN, **first)
-        sql.write(INSERT_EVENT, **first)
-        self.transaction.note_append()
-        self._record(sql, run_id, operation_id, START, projection_json, 1)
-        return built_projection(created)
+        return self._starts.start_run(
+            stage, operation_id, change, provisional_key, provisional_aliases
+        )
 
     @journal_write
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         """Give the design run `run_id` its `change` (a `change-bound` event); returns the
         projection. A run that cannot take a change (an implement run, or one that has a
         change) is refused with `change-binding-not-allowed`."""
-        require_operation_id(operation_id)
-        require_change(change)
-        require_run_id(run_id)
-        sql = self._write_statements()
-        unlocked = self._head(sql, run_id, lock=False)
-        if unlocked is not None:
-            scope = f"{unlocked.root_hash}\x00{unlocked.stage}\x00"
-            self._advisory_locks(sql, [scope + f"change:{change}"])
-        replay = self._replay(sql, run_id, operation_id, CHANGE_BOUND)
-        if replay is not None:
-            return replay
-        head = self._require_head(sql, run_id, lock=True)
-        current = head.document()
-        if current.get("stage") != DESIGN or not current.get("provisionalKey"):
-            raise InvalidTransitionError("change-binding-not-allowed")
-        owner = sql.one(
-            OWNER_OF_KEY,
-            root_hash=head.root_hash,
-            stage=head.stage,
-            lookup_key=f"change:{change}",
-        )
-        if owner is not None and owner.run_id != run_id:
-            raise OperationConflictError("change-run-already-exists")
-        sql.write(BIND_CHANGE, run_id=run_id, lookup_key=f"change:{change}", change_name=change)
-        document, projection_json = self._append(sql, head, CHANGE_BOUND, {"change": change})
-        self._record(sql, run_id, operation_id, CHANGE_BOUND, projection_json, document["sequence"])
-        return built_projection(document)
+        return self._starts.bind_change(run_id, change, operation_id=operation_id)
 
     # -- transitions -------------------------------------------------------------------
 
@@ -295,81 +189,288 @@ class RunRepository(TransitionBatches, DeliveryBindings, LeaseRules, RunReading,
             if appended:
                 session.add(AuditRow(run_id=run_id, request_id=request_id))
         """
-        _, _, checked_code, checked_lease = require_transition_input(
-            run_id, operation_id, code, lease
-        )
-        transaction = self.transaction
-        sql = transaction.statements(write=True)
-        to_a_state = isinstance(to, str) and to in RUN_STATES
-        if to_a_state and checked_lease is None:
-            # After the head this store's last commit left the run at, without reading
-            # the row: the write names that whole head, and lands only if the row still
-            # holds it and the operation id has no receipt.
-            projection = self._transition_after(
-                sql, transaction.known_head(run_id), to, checked_code, operation_id, known=True
-            )
-            if projection is not None:
-                return projection, True
-        head = self._head(sql, run_id, lock=True)
-        if checked_lease is not None:
-            if checked_lease.run_id != run_id:
-                raise fenced(checked_lease, f"it is a lease of another run than {run_id}")
-            self._assert_live(sql, checked_lease)
-        if to_a_state:
-            # The common case, in one write that also checks the receipt: it writes
-            # nothing when the operation id has a row already.
-            projection = self._transition_after(sql, head, to, checked_code, operation_id)
-            if projection is not None:
-                return projection, True
-        replay = self._replay(sql, run_id, operation_id, TRANSITIONED)
-        if replay is not None:
-            return replay, False
-        if head is None:
-            raise RunNotFoundError("run-not-found")
-        if not isinstance(to, str) or to not in RUN_STATES:
-            raise InvalidTransitionError("event-integrity-state-mismatch")
-        # No committed receipt: an uncommitted row of this operation id, or a head that
-        # moved. From the stored head, with the receipt upserted (or the error raised).
-        self._forget_head(run_id)
-        head = self._require_head(sql, run_id, lock=True)
-        payload = transition_payload(head.document(), to, checked_code)
-        document, projection_json = self._append(sql, head, TRANSITIONED, payload)
-        self._record(sql, run_id, operation_id, TRANSITIONED, projection_json, document["sequence"])
-        return built_projection(document), True
+        return self._transitions.transition_once(run_id, to, operation_id, code, lease)
 
-    def _transition_after(
+    def transition_many(
+        self, requests: Iterable[Transition | Mapping[str, Any]]
+    ) -> list[RunProjection]:
+        """Several transitions in one go (`transition_many_once`'s rules): the projection
+        after each request, in order."""
+        return [projection for projection, _ in self.transition_many_once(requests)]
+
+    @journal_write
+    def transition_many_once(
+        self, requests: Iterable[Transition | Mapping[str, Any]]
+    ) -> list[tuple[RunProjection, bool]]:
+        """Each request (`Transition`, or a mapping of its fields) as `transition_once`
+        would answer it, called in order in this transaction: `(projection, appended)`.
+
+        The requests may name several runs, and an operation id twice (the second
+        replays the first). Their statements are sent together: on PostgreSQL four round
+        trips for the whole batch, where calls of `transition` take one each. A request
+        that would fail (an illegal move, an unknown run, an operation id of another
+        kind, bad input) raises its error, and nothing of the batch is written."""
+        return self._batches.transition_many_once(requests)
+
+    # -- delivery bindings -------------------------------------------------------------
+
+    @journal_write
+    def bind_delivery(
         self,
-        sql: Statements,
-        head: RunHead | None,
-        to: str,
-        code: str | None,
-        operation_id: str,
+        run_id: str,
+        gate: str,
+        revision: int,
+        receipt_hash: str,
         *,
-        known: bool = False,
-    ) -> RunProjection | None:
-        """The transition to `to` appended after `head` with the committed receipt of
-        `operation_id` (`_append_event`; `known`: a remembered head), as the run's
-        projection after it. None when there is no head, nothing was written, or the head
-        does not allow the event: what follows decides (a replay first)."""
-        if head is None:
-            return None
-        current = head.document()
-        try:
-            appended = self._append_event(
-                sql,
-                head,
-                current,
-                TRANSITIONED,
-                transition_payload(current, to, code),
-                operation_id=operation_id,
-                known=known,
-            )
-        except EVENT_REFUSED:
-            return None
-        if appended is None:
-            return None
-        document, _ = appended
-        return built_projection(document)
+        operation_id: str,
+        approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
+        lease: OperationLease | Mapping[str, Any] | None = None,
+    ) -> RunProjection:
+        """Record the receipt of delivery gate `gate` (`gate-a`, `gate-b`) at `revision`
+        (`delivery-bound` event and a `delivery_bindings` row), with an optional
+        `approval_proof`; returns the projection. The same gate and revision with the same
+        `receipt_hash` writes nothing more; another receipt is `delivery-revision-conflict`.
+        `lease`: the write is fenced by that lease."""
+        request = check_delivery(
+            run_id, gate, revision, receipt_hash, operation_id, approval_proof, lease
+        )
+        return self._bindings.bind_delivery(request)
+
+    def check_deliveries(self, inputs: object) -> list[BindDelivery]:
+        """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
+        return check_deliveries(inputs)
+
+    def bind_deliveries(
+        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
+    ) -> RunProjection:
+        """Bind several deliveries of one run (`bind_deliveries_once`'s rules)."""
+        projection, _ = self.bind_deliveries_once(requests)
+        return projection
+
+    @journal_write
+    def bind_deliveries_once(
+        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
+    ) -> tuple[RunProjection, bool]:
+        """Bind deliveries of one run (one lease), and say whether any of them appended
+        an event: `(projection, appended)`.
+
+        `appended` is False when every request replayed its operation id or found its
+        binding already stored with the same receipt: a host `Session` adds its own rows
+        (an audit row, an outbox message) only when it is True, so a retried request adds
+        them once. The inputs follow `bind_deliveries_atomically`'s rules."""
+        return self._bindings.bind_deliveries_once(requests)
+
+    # -- leases ------------------------------------------------------------------------
+
+    @journal_write
+    def acquire_lease(
+        self,
+        run_id: str,
+        operation_id: str,
+        ttl_ms: int,
+        *,
+        preempt: bool = False,
+        exclusive: bool = False,
+        lease_token: str | None = None,
+    ) -> OperationLease:
+        """Grant a lease of `operation_id` on the run for `ttl_ms`, with the operation's
+        next fence. A live lease of the operation is returned as it is unless `preempt`
+        (`exclusive`: refused with `operation-already-running` instead). `lease_token`:
+        the token to grant (default: a fresh one); a live lease already granted under it
+        is returned as it is, whatever `preempt` and `exclusive` say: `RunStore` passes
+        the same token to every attempt of one call, so a re-run after a lost connection
+        finds the lease its first attempt took."""
+        return self._leases.acquire_lease(
+            run_id, operation_id, ttl_ms, preempt, exclusive, lease_token
+        )
+
+    @journal_write
+    def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
+        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
+        it is no longer the live grant."""
+        return self._leases.renew_lease(lease, ttl_ms)
+
+    @journal_write
+    def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
+        operation; writes nothing."""
+        self._leases.assert_lease(lease)
+
+    @journal_write
+    def commit_lease(
+        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """End a live lease with `outcome` (a JSON object), marking the operation committed;
+        returns the stored outcome. A second commit of the same lease is `lease-fenced` (the
+        outcome stays; `inspect_operation` shows it)."""
+        return self._leases.commit_lease(lease, outcome)
+
+    @journal_write
+    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """End a live lease without an outcome, marking the operation interrupted (another
+        holder may then acquire it)."""
+        self._leases.interrupt_lease(lease)
+
+    @journal_write
+    def finished_lease(
+        self,
+        lease: OperationLease | Mapping[str, Any],
+        state: str,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Whether `lease`'s operation is already finished as `state` (COMMITTED with
+        exactly `outcome`, or INTERRUPTED): `RunStore` re-runs a commit or an interrupt
+        whose acknowledgement was lost, and one already done counts as done. Finishing
+        clears the token (as cadence 1.x did), so this cannot tell the caller's own
+        finish from an identical one; the recorded result is the same either way."""
+        return self._leases.finished_lease(lease, state, outcome)
+
+    @journal_write
+    def inspect_operation(
+        self, run_id: str, operation_id: str, *, expire: bool = True
+    ) -> OperationStatus | None:
+        """The state, outcome and lease of `operation_id` on the run (None: no such
+        operation); an expired lease found here is marked interrupted first, unless
+        `expire=False` (a read on a standby), which raises `ExpiryNeeded` instead."""
+        return self._leases.inspect_operation(run_id, operation_id, expire)
+
+    @journal_write
+    def recover_expired_leases(self) -> int:
+        """Mark every expired running lease interrupted; returns how many were."""
+        return self._leases.recover_expired_leases()
+
+    # -- reads and verification ----------------------------------------------------------
+
+    @coded(READ)
+    def recorded_outcome(self, run_id: str, operation_id: str, kind: str) -> RunProjection | None:
+        """The projection a journal operation id (`kind`: its event type) recorded when it
+        committed, or None. `RunStore` looks here first when it re-runs a call whose
+        connection was lost: a first attempt that committed is replayed before any lease
+        check (its lease was live when it committed; it may have expired since)."""
+        return self._reads.recorded_outcome(run_id, operation_id, kind)
+
+    @coded(READ)
+    def status(self, run_id: str) -> RunProjection:
+        """The run's stored projection (no replay); `run-not-found` if there is none."""
+        return self._reads.status(run_id)
+
+    @coded(READ)
+    def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
+        """(sequence, type, payload_json, prior_hash, event_hash, recorded_at) in order,
+        fetched in pages of EVENT_BATCH (a chain is never loaded whole). Plain tuples:
+        an `EventRow` per row would cost verification time."""
+        yield from self._reads.iter_event_rows(run_id)
+
+    @coded(READ)
+    def iter_events(self, run_id: str) -> Iterator[RunEvent]:
+        """The run's events in sequence order, read in batches."""
+        yield from self._reads.iter_events(run_id)
+
+    @coded(READ)
+    def list_events(self, run_id: str) -> list[RunEvent]:
+        """The run's events in sequence order (`iter_events` streams them instead)."""
+        return list(self._reads.iter_events(run_id))
+
+    @coded(READ)
+    def rebuild_projection(self, run_id: str) -> RunProjection:
+        """Replay the run's events and return the projection they produce (without comparing
+        it with the stored one: that is `verify_integrity`)."""
+        return self._reads.rebuild_projection(run_id)
+
+    @coded(READ)
+    def verify_integrity(self, run_id: str) -> RunProjection:
+        """Replay the chain and compare it with everything stored about the run: the
+        projection (key order included), the run row's columns, the binding rows and the
+        operations rows (each journal receipt must be a projection the chain produced)."""
+        return self._reads.verify_integrity(run_id)
+
+    @coded(READ)
+    def run_ids(self) -> list[str]:
+        """Every run id in the store, sorted."""
+        return self._reads.run_ids()
+
+    @coded(READ)
+    def list_runs(
+        self,
+        *,
+        stage: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        change: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        root_hash: str | None = None,
+        updated_after: int | None = None,
+        updated_before: int | None = None,
+    ) -> list[RunProjection]:
+        """Stored projections of the runs that match every filter given, in run id order.
+
+        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
+        last run id of the previous page (keyset pagination). Runs of every root hash
+        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
+        appended to strictly after / before that time (ms; runs without times never match).
+        """
+        return self._reads.list_runs(
+            stage, state, change, limit, after, root_hash, updated_after, updated_before
+        )
+
+    @coded(READ)
+    def run_detail(self, run_id: str) -> RunDetail:
+        """The run's projection, binding rows, operations (leases judged by the clock)
+        and state timeline."""
+        return self._reads.run_detail(run_id)
+
+    @coded(READ)
+    def counts(self) -> StoreCounts:
+        """Rows of runs, events, operations and bindings, and runs per state."""
+        return self._reads.counts()
+
+    # -- the feed ------------------------------------------------------------------------
+
+    @coded(READ)
+    def read_feed(
+        self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
+    ) -> list[FeedItem]:
+        """Committed events with a position above `after`, in feed order (`limit` of them
+        at most; `run_id`: that run's only).
+
+        Positions are given after commit (PostgreSQL: by the appending process's feed
+        notifier, `storage.feed_notifier`; SQLite: by the append itself), so a reader
+        needs no write. Events still without one (an import, a writer that died between
+        its commit and its numbering) are numbered first (`number_feed`) when this
+        transaction can (read-write, READ COMMITTED, a role that may update the events):
+        the feed's numbering lock is then held until it ends, so such a transaction
+        should end soon. Otherwise they come later, after what is returned, once
+        numbered: a read-only role, a standby, a REPEATABLE READ transaction read what
+        is numbered."""
+        return self._feed.read_feed(after, limit, run_id)
+
+    @coded(READ)
+    def feed_unnumbered(self) -> UnnumberedRow | None:
+        """None when every event has a feed position; else who may number them."""
+        return self._feed.feed_unnumbered()
+
+    @journal_write
+    def number_feed(self) -> int:
+        """Give the events committed without a position theirs (PostgreSQL; on SQLite an
+        append numbers its event itself, and only an import leaves some to number):
+        the count numbered. The numbering lock is held until this transaction commits,
+        so commit it soon (see `storage.feed_statements`)."""
+        return self._feed.number_feed()
+
+    @coded(READ)
+    def follower_position(self, follower: str) -> int:
+        """The position `follower` recorded last (`record_position`), 0 if none."""
+        return self._feed.follower_position(follower)
+
+    @journal_write
+    def record_position(self, follower: str, position: int, *, rewind: bool = False) -> None:
+        """Record that `follower` has applied every item up to `position`, in this
+        transaction (with the host's rows: both commit, or neither).
+
+        A position below the one recorded is refused (`feed-position-backwards`, nothing
+        written): the follower would apply those items again. `rewind=True` moves it back
+        on purpose (a read model rebuilt from an earlier point)."""
+        self._feed.record_position(follower, position, rewind)
 
 
 __all__ = [
@@ -383,7 +484,6 @@ __all__ = [
     "TRANSITIONED",
     "Clock",
     "ExpiryNeeded",
-    "RepositoryCore",
     "RunRepository",
     "check_delivery",
     "system_clock",

@@ -340,7 +340,7 @@ LOCATED_RECEIPTS_OF_RUN: Final = Query(
     "located_receipts_of_run", lambda _: _located_receipts_of_run(), LocatedReceiptRow
 )
 # Its first `limit` rows, on a plain cursor: a short run's receipts in one round trip
-# (`RunReading._verify_integrity`).
+# (`RunReads._verify_integrity`).
 LOCATED_RECEIPTS_OF_RUN_PAGE: Final = Query(
     "located_receipts_of_run_page",
     lambda _: _located_receipts_of_run().limit(bindparam("limit")),

@@ -25,7 +25,7 @@ from support import ROOT_HASH, FakeClock, table_snapshot
 
 import cadence_store
 import cadence_store.repository.leases
-import cadence_store.repository.run_repository
+import cadence_store.repository.starts
 from cadence_store import (
     AsyncRunRepository,
     AsyncRunStore,
@@ -89,9 +89,7 @@ def deterministic_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
     restart()
     # run ids come from the repository, lease tokens from one function every store calls
-    monkeypatch.setattr(
-        cadence_store.repository.run_repository, "new_run_id", lambda: str(Ids.uuid4())
-    )
+    monkeypatch.setattr(cadence_store.repository.starts, "new_run_id", lambda: str(Ids.uuid4()))
     monkeypatch.setattr(cadence_store.repository.leases, "uuid", Ids)
     return restart
 

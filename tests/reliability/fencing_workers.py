@@ -100,20 +100,20 @@ def _weakened_fencing() -> Iterator[None]:
     """The deliberately weakened fence: a lease check that accepts any holder of a running
     operation (the token and fence are not compared), for the checker to catch."""
     from cadence_store.errors import LeaseFencedError
-    from cadence_store.repository import run_repository as repository
+    from cadence_store.repository import leases
 
     def weak_assert_live(self: Any, sql: Any, lease: Any) -> Any:
-        row, now = self._timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
+        row, now = self._access.timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
         if row is None or now is None or row.state != "running":
             raise LeaseFencedError("lease-fenced")
         return row, now
 
-    sound = repository.RunRepository._assert_live
-    repository.RunRepository._assert_live = weak_assert_live  # type: ignore[method-assign]
+    sound = leases.Leases.assert_live
+    leases.Leases.assert_live = weak_assert_live  # type: ignore[method-assign]
     try:
         yield
     finally:
-        repository.RunRepository._assert_live = sound  # type: ignore[method-assign]
+        leases.Leases.assert_live = sound  # type: ignore[method-assign]
 
 
 def serve_campaigns(index: int, barrier: Any, inbox: Any, results: Any) -> None:
