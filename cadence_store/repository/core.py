@@ -252,7 +252,7 @@ class RepositoryCore:
         return now
 
     def _append_now(self, profile: DialectProfile | None = None) -> int | None:
-        """The time an append records (`sql_append.append_time`): None lets the
+        """The time an append records (`append_statements.append_time`): None lets the
         PostgreSQL server's clock stamp it in the same statement, as lease time does.
         `profile`: the transaction's, where the caller has it at hand."""
         if self._explicit_clock:
