@@ -46,9 +46,14 @@ def stored_projection(text: object, run_id: str | None = None) -> RunProjection:
 
 
 def built_projection(document: Document) -> RunProjection:
-    """A projection `apply_event` just built from a verified head, validated as a stored
-    one is (pydantic's validation costs less than building the model by hand in Python)."""
-    return projection_of(document)
+    """A projection `apply_event` just built from a verified head, its fields validated
+    (pydantic's validation costs less than building the model by hand in Python). Keys
+    the model does not name, which a stored row may carry, are kept in the document
+    (`to_dict()`, `to_json()`), as the append carries them on."""
+    try:
+        return RunProjection.from_document(document, ignoring_other_keys=True)
+    except ValueError:
+        raise JournalIntegrityError("run-projection-invalid") from None
 
 
 def stored_outcome(text: object, run_id: str | None = None) -> dict[str, Any] | None:

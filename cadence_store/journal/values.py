@@ -129,9 +129,16 @@ class RunProjection(CadenceValue):
     _document: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
-    def from_document(cls, document: dict[str, Any]) -> RunProjection:
-        """Wrap a projection object (cadence 1.x key order) without losing that order."""
-        projection = cls.model_validate(document)
+    def from_document(
+        cls, document: dict[str, Any], *, ignoring_other_keys: bool = False
+    ) -> RunProjection:
+        """Wrap a projection object (cadence 1.x key order) without losing that order;
+        `ignoring_other_keys`: keys no field is named by are kept in the document only,
+        not refused."""
+        fields = document
+        if ignoring_other_keys:
+            fields = {key: value for key, value in document.items() if key in _PROJECTION_KEYS}
+        projection = cls.model_validate(fields)
         projection._document = document
         return projection
 
@@ -222,3 +229,9 @@ class BindDelivery(CadenceValue):
     operation_id: StrictStr
     approval_proof: ApprovalProof | None = None
     lease: OperationLease | None = None
+
+
+# a projection document's keys that name a field (cadence 1.x's camelCase names)
+_PROJECTION_KEYS: frozenset[str] = frozenset(
+    field.alias or name for name, field in RunProjection.model_fields.items()
+)

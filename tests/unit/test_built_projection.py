@@ -63,11 +63,20 @@ def test_a_built_projection_is_the_validated_one(document: dict[str, Any]) -> No
         {key: value for key, value in _document().items() if key != "eventHash"},
         _document(sequence="7"),
         _document(deliveryBindings=[{**BINDING, "revision": True}]),
-        _document(unknownKey=1),
     ],
-    ids=["missing-field", "string-sequence", "boolean-revision", "unknown-key"],
+    ids=["missing-field", "string-sequence", "boolean-revision"],
 )
 def test_a_document_that_is_not_a_projection_is_refused(document: dict[str, Any]) -> None:
     with pytest.raises(JournalIntegrityError) as refused:
         built_projection(document)
     assert refused.value.code == "run-projection-invalid"
+
+
+def test_a_key_no_field_names_is_carried_in_the_document() -> None:
+    """A stored row may carry keys the model does not name: the append builds on the row
+    as stored, so they stay in the document it writes (not refused, not dropped)."""
+    document = _document(changeName="renamed-behind")
+    built = built_projection(document)
+    assert built == built_projection(_document())
+    assert built.to_dict() == document
+    assert '"changeName":"renamed-behind"' in built.to_json()
