@@ -76,15 +76,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def repository(run_id: str, operation_id: str) -> None:
         statements = Statements.on_dbapi(store.engine.dialect, raw)
-        begin, commit = statements.immediate_transaction()  # as the store's direct path
-        begin()
+        store_engine.begin_immediate_on(raw)  # as the store's direct path
         transaction = JournalTransaction.on_pooled(
             profile_of(store.engine.dialect), raw, statements, None
         )
         RunRepository(transaction, root_hash=store.root_hash).transition(
             run_id, "paused", operation_id=operation_id, code="x"
         )
-        commit()
+        raw.commit()
 
     runner = store.runner
     variants = {

@@ -28,6 +28,7 @@ __all__ = [
     "is_nested_too_deep",
     "js_stringify",
     "js_stringify_likely",
+    "stdlib_sorted_json",
 ]
 
 
@@ -87,7 +88,9 @@ def _make_fast_encoder(sort_keys: bool) -> Callable[[object], str]:
     return public.encode
 
 
-_fast_sorted: Final = _make_fast_encoder(True)
+# the stdlib encoder's JSON text, keys sorted, compact, non-ASCII kept (also used where
+# orjson is not installed: `stored_json`)
+stdlib_sorted_json: Final = _make_fast_encoder(True)
 _fast_unsorted: Final = _make_fast_encoder(False)
 
 
@@ -291,7 +294,7 @@ def _dispatch(value: object, canonical: bool) -> str:
             try:
                 return orjson.dumps(value, option=_SORTED if canonical else 0).decode()
             except TypeError:  # orjson.JSONEncodeError: nested deeper than orjson's limit
-                return _fast_sorted(value) if canonical else _fast_unsorted(value)
+                return stdlib_sorted_json(value) if canonical else _fast_unsorted(value)
         return _encode(value, canonical, 0)
     except RecursionError:
         raise JsonValueError("JSON value nested too deep for the interpreter stack") from None

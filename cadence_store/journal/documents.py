@@ -46,10 +46,13 @@ def stored_projection(text: object, run_id: str | None = None) -> RunProjection:
 
 
 def built_projection(document: Document) -> RunProjection:
-    """A projection `apply_event` just built from a verified head: not validated again."""
+    """A projection `apply_event` just built from a verified head, its fields validated
+    (pydantic's validation costs less than building the model by hand in Python). Keys
+    the model does not name, which a stored row may carry, are kept in the document
+    (`to_dict()`, `to_json()`), as the append carries them on."""
     try:
-        return RunProjection.from_trusted_document(document)
-    except (KeyError, TypeError):
+        return RunProjection.from_document(document, ignoring_other_keys=True)
+    except ValueError:
         raise JournalIntegrityError("run-projection-invalid") from None
 
 

@@ -13,14 +13,14 @@ from pydantic import StrictInt, StrictStr
 
 from ..errors import InvalidInputError
 from .validation import is_identifier, is_safe_integer
-from .values import RunEvent, _Value
+from .values import CadenceValue, RunEvent
 
 INVALID_FOLLOWER = "invalid-follower"
 INVALID_FEED_POSITION = "invalid-feed-position"
 FEED_POSITION_BACKWARDS = "feed-position-backwards"
 
 
-class FeedItem(_Value):
+class FeedItem(CadenceValue):
     """One committed event in feed order: its position, its run, the event itself."""
 
     # no cadence 1.x counterpart: to_dict() is the whole object, camelCase

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
-from .canonical import _fast_sorted, canonical_json
+from .canonical import canonical_json, stdlib_sorted_json
 
 __all__ = ["canonical_payload", "decode_payload", "fast_library"]
 
@@ -39,7 +39,7 @@ _exact_decode: Final[Callable[[str], Any]] = json.JSONDecoder().decode
 
 
 def _stdlib_canonical(value: Any) -> bytes:
-    return _fast_sorted(value).encode("utf-8")
+    return stdlib_sorted_json(value).encode("utf-8")
 
 
 def _load_fast_library() -> tuple[str, Callable[[str], Any], Callable[[Any], bytes]]:

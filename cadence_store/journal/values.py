@@ -14,50 +14,14 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable
 from enum import Enum
-from typing import Any, ClassVar, Literal, TypeVar, cast
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticSerializationError
 
 from .canonical import js_stringify
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def _construct(
-    model: type[ModelT], values: dict[str, Any], document: dict[str, Any] | None = None
-) -> ModelT:
-    """`model.model_construct(**values)` for values that name every field: the same
-    instance state (`__dict__`, fields set, no extras, private defaults; a
-    `RunProjection`'s `document`), without its generic per-field work."""
-    instance = _new_object(model)
-    _set_dict(instance, values)
-    _set_fields_set(instance, set(values))
-    _set_extra(instance, None)
-    _set_private(instance, {"_document": document} if model is RunProjection else None)
-    return instance
-
-
-def _slot_setter(name: str) -> Callable[[object, object], None]:
-    """The setter of one of `BaseModel`'s own slots, past pydantic's validating
-    `__setattr__`: its descriptor's, which skips the attribute lookup through the model's
-    classes (every append builds a projection, on cold caches), else `object.__setattr__`
-    by name where pydantic lays its state out otherwise."""
-    descriptor = BaseModel.__dict__.get(name)
-    setter = getattr(descriptor, "__set__", None)
-    if setter is not None:
-        return cast(Callable[[object, object], None], setter)
-    return lambda instance, value: object.__setattr__(instance, name, value)
-
-
-_new_object = object.__new__
-_set_dict = _slot_setter("__dict__")
-_set_fields_set = _slot_setter("__pydantic_fields_set__")
-_set_extra = _slot_setter("__pydantic_extra__")
-_set_private = _slot_setter("__pydantic_private__")
 
 
 def _json_ready(value: Any) -> Any:
@@ -75,7 +39,10 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-class _Value(BaseModel):
+class CadenceValue(BaseModel):
+    """The base of the public value types: a frozen pydantic model, snake_case attributes
+    with cadence 1.x's camelCase names as aliases, `to_dict()` the cadence 1.x object."""
+
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
     )
@@ -93,9 +60,9 @@ class _Value(BaseModel):
         fields = type(self).model_fields
         return {
             field.alias or name: item._cadence_object()
-            if isinstance(item, _Value)
+            if isinstance(item, CadenceValue)
             else tuple(
-                part._cadence_object() if isinstance(part, _Value) else part for part in item
+                part._cadence_object() if isinstance(part, CadenceValue) else part for part in item
             )
             if isinstance(item, tuple)
             else item
@@ -126,7 +93,7 @@ class _Value(BaseModel):
         )
 
 
-class ApprovalProof(_Value):
+class ApprovalProof(CadenceValue):
     """What approved a delivery: its revision, contract hash and record hash."""
 
     revision: StrictInt
@@ -134,7 +101,7 @@ class ApprovalProof(_Value):
     record_hash: StrictStr
 
 
-class DeliveryBinding(_Value):
+class DeliveryBinding(CadenceValue):
     """A delivery gate's receipt a run was admitted under (gate, revision, receipt hash)."""
 
     gate: StrictStr
@@ -143,7 +110,7 @@ class DeliveryBinding(_Value):
     approval_proof: ApprovalProof | None = None
 
 
-class RunProjection(_Value):
+class RunProjection(CadenceValue):
     """A run's current state as its events replay to it (`to_dict()`: cadence 1.x's object)."""
 
     run_id: StrictStr
@@ -162,59 +129,17 @@ class RunProjection(_Value):
     _document: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
-    def from_document(cls, document: dict[str, Any]) -> RunProjection:
-        """Wrap a projection object (cadence 1.x key order) without losing that order."""
-        projection = cls.model_validate(document)
+    def from_document(
+        cls, document: dict[str, Any], *, ignoring_other_keys: bool = False
+    ) -> RunProjection:
+        """Wrap a projection object (cadence 1.x key order) without losing that order;
+        `ignoring_other_keys`: keys no field is named by are kept in the document only,
+        not refused."""
+        fields = document
+        if ignoring_other_keys:
+            fields = {key: value for key, value in document.items() if key in _PROJECTION_KEYS}
+        projection = cls.model_validate(fields)
         projection._document = document
-        return projection
-
-    @classmethod
-    def from_trusted_document(cls, document: dict[str, Any]) -> RunProjection:
-        """Wrap a projection this library just built (`apply_event`), without validating
-        it again: the append hot path builds one per call."""
-        bindings = (
-            ()
-            if not document["deliveryBindings"]
-            else tuple(
-                _construct(
-                    DeliveryBinding,
-                    {
-                        "gate": binding["gate"],
-                        "revision": binding["revision"],
-                        "receipt_hash": binding["receiptHash"],
-                        "approval_proof": None
-                        if (proof := binding.get("approvalProof")) is None
-                        else _construct(
-                            ApprovalProof,
-                            {
-                                "revision": proof["revision"],
-                                "contract_hash": proof["contractHash"],
-                                "record_hash": proof["recordHash"],
-                            },
-                        ),
-                    },
-                )
-                for binding in document["deliveryBindings"]
-            )
-        )
-        projection = _construct(
-            cls,
-            {
-                "run_id": document["runId"],
-                "root_hash": document["rootHash"],
-                "stage": document["stage"],
-                "change": document.get("change"),
-                "provisional_key": document.get("provisionalKey"),
-                "state": document["state"],
-                "sequence": document["sequence"],
-                "event_hash": document["eventHash"],
-                "delivery_revision": document.get("deliveryRevision"),
-                "delivery_bindings": bindings,
-                "pause_code": document.get("pauseCode"),
-                "terminal": document.get("terminal"),
-            },
-            document,
-        )
         return projection
 
     def __eq__(self, other: object) -> bool:
@@ -243,7 +168,7 @@ class RunProjection(_Value):
         return js_stringify(self._document if self._document is not None else self.to_dict())
 
 
-class RunEvent(_Value):
+class RunEvent(CadenceValue):
     """One event of a run's hash chain: sequence, type, payload, prior hash and hash."""
 
     sequence: StrictInt
@@ -258,7 +183,7 @@ class RunEvent(_Value):
     cadence_additions: ClassVar[frozenset[str]] = frozenset({"recorded_at"})
 
 
-class OperationLease(_Value):
+class OperationLease(CadenceValue):
     """A grant of an operation's lease. `token` fences stale holders inside the database;
     `fence` (cadence-store's addition) grows with each grant of the operation, for
     resources outside it. A lease given in cadence 1.x's shape (no `fence`) has fence 0:
@@ -273,7 +198,7 @@ class OperationLease(_Value):
     fence: StrictInt = 0
 
 
-class OperationStatus(_Value):
+class OperationStatus(CadenceValue):
     """How an operation stands: running, committed or interrupted, with outcome and fence."""
 
     cadence_additions: ClassVar[frozenset[str]] = frozenset({"fence"})
@@ -284,7 +209,7 @@ class OperationStatus(_Value):
     fence: StrictInt | None = None  # the current or last grant's (None for receipts)
 
 
-class Transition(_Value):
+class Transition(CadenceValue):
     """One input of `transition_many`: the fields of `transition`, without a lease (a
     fenced transition is a call of its own)."""
 
@@ -294,7 +219,7 @@ class Transition(_Value):
     code: StrictStr | None = None
 
 
-class BindDelivery(_Value):
+class BindDelivery(CadenceValue):
     """One input of `bind_deliveries_atomically` (the fields of `bind_delivery`)."""
 
     run_id: StrictStr
@@ -304,3 +229,9 @@ class BindDelivery(_Value):
     operation_id: StrictStr
     approval_proof: ApprovalProof | None = None
     lease: OperationLease | None = None
+
+
+# a projection document's keys that name a field (cadence 1.x's camelCase names)
+_PROJECTION_KEYS: frozenset[str] = frozenset(
+    field.alias or name for name, field in RunProjection.model_fields.items()
+)

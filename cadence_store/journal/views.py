@@ -18,7 +18,7 @@ from ..errors import CadenceStoreError, InvalidInputError
 from .documents import stored_outcome, stored_projection
 from .projection import apply_event
 from .validation import is_safe_integer, is_storable, require_change, require_root_hash
-from .values import ApprovalProof, RunEvent, RunProjection, _Value
+from .values import ApprovalProof, CadenceValue, RunEvent, RunProjection
 from .vocabulary import (
     RUN_STATE_NAMES,
     STAGE_NAMES,
@@ -28,7 +28,7 @@ from .vocabulary import (
 )
 
 
-class BindingRecord(_Value):
+class BindingRecord(CadenceValue):
     """A row of `delivery_bindings`: a binding and the operation id that recorded it."""
 
     gate: StrictStr
@@ -38,7 +38,7 @@ class BindingRecord(_Value):
     approval_proof: ApprovalProof | None = None
 
 
-class OperationRecord(_Value):
+class OperationRecord(CadenceValue):
     """A row of `operations`: an idempotency receipt or a lease, as it stands when read.
 
     The lease token is not part of it: whoever holds a token can write with it.
@@ -53,7 +53,7 @@ class OperationRecord(_Value):
     outcome: dict[str, Any] | None = None
 
 
-class TimelineEntry(_Value):
+class TimelineEntry(CadenceValue):
     """One step of a run's state path: an event that set its state (`state`, and the
     pause code it recorded), or the event where the chain stopped applying (`error`)."""
 
@@ -65,7 +65,7 @@ class TimelineEntry(_Value):
     recorded_at: StrictInt | None = None  # the event's; None for events cadence 1.x wrote
 
 
-class RunDetail(_Value):
+class RunDetail(CadenceValue):
     """One run: its stored projection, binding rows, operations and state timeline."""
 
     projection: RunProjection
@@ -78,7 +78,7 @@ class RunDetail(_Value):
     updated_at: StrictInt | None = None
 
 
-class StoreCounts(_Value):
+class StoreCounts(CadenceValue):
     """Rows in the four tables, and runs per state (states in sorted order)."""
 
     runs: StrictInt

@@ -314,7 +314,7 @@ class JournalTransaction:
     def known_head(self, run_id: str) -> RunHead | None:
         """The head an earlier commit of this store left `run_id` at, if this transaction
         has not locked the run yet: not read under this transaction's lock, so a write
-        from it must name the whole head (`sql_append.KNOWN_PROJECTION`)."""
+        from it must name the whole head (`append_statements.KNOWN_PROJECTION`)."""
         if self._known is None or (self._heads and run_id in self._heads):
             return None
         return self._known.get(run_id)

@@ -45,6 +45,15 @@ OPERATION_MATCH: Final = (operations.c.run_id == bindparam("run_id")) & (
 # must still hold the very projection the event was computed from, not only its sequence
 # and event hash.
 KNOWN_PROJECTION: Final = runs.c.projection_json == bindparam("prior_projection_json")
+# the run's columns an append sets from its new head (an advance, one or a batch's)
+ADVANCED_COLUMNS: Final = (
+    "state",
+    "sequence",
+    "event_hash",
+    "delivery_revision",
+    "projection_json",
+    "terminal_tombstone",
+)
 
 
 def upsert_receipt(dialect_name: str) -> ClauseElement:
@@ -146,14 +155,7 @@ def advance_run(dialect_name: str) -> Update:
         )
         .values(
             updated_at=not_before(dialect_name, runs.c.updated_at),
-            **bound(
-                "state",
-                "sequence",
-                "event_hash",
-                "delivery_revision",
-                "projection_json",
-                "terminal_tombstone",
-            ),
+            **bound(*ADVANCED_COLUMNS),
         )
     )
 

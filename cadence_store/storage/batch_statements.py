@@ -31,7 +31,13 @@ from sqlalchemy import (
 from sqlalchemy.sql import ClauseElement
 
 from ..journal.vocabulary import COMMITTED
-from .append_statements import ADVANCE_RUN, INSERT_EVENT, INSERT_RECEIPT, not_before
+from .append_statements import (
+    ADVANCE_RUN,
+    ADVANCED_COLUMNS,
+    INSERT_EVENT,
+    INSERT_RECEIPT,
+    not_before,
+)
 from .feed_statements import feed_position_on_insert
 from .models import events, operations, runs
 from .rows import BatchReceiptRow
@@ -40,14 +46,6 @@ from .statements import Query, RowsWrite
 EVENT_FIELDS: Final = ("run_id", "sequence", "type", "payload_json", "prior_hash", "event_hash")
 RECEIPT_FIELDS: Final = ("run_id", "operation_id", "kind", "outcome_json", "sequence")
 PAIR_FIELDS: Final = ("run_id", "operation_id")
-ADVANCED_COLUMNS: Final = (
-    "state",
-    "sequence",
-    "event_hash",
-    "delivery_revision",
-    "projection_json",
-    "terminal_tombstone",
-)
 ADVANCE_FIELDS: Final = ("run_id", "prior_sequence", "prior_hash", "now", *ADVANCED_COLUMNS)
 # the head an advance names, as the run columns it is compared with
 _FIELD_COLUMNS: Final = {"prior_sequence": "sequence", "prior_hash": "event_hash"}

@@ -3,6 +3,7 @@ verification: each a typed `Query` (with its row type) or a `Write`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from sqlalchemy import and_, bindparam, case, func, literal, literal_column, null, select, update
@@ -35,7 +36,7 @@ from .rows import (
     VerifyColumnsRow,
     with_server_time,
 )
-from .statements import Query, Write, bound
+from .statements import Query, Row, Write, bound
 
 _RUN = RUN_MATCH
 _OPERATION = OPERATION_MATCH
@@ -336,15 +337,19 @@ def _located_receipts_of_run() -> Select[Any]:
     )
 
 
-LOCATED_RECEIPTS_OF_RUN: Final = Query(
-    "located_receipts_of_run", lambda _: _located_receipts_of_run(), LocatedReceiptRow
-)
-# Its first `limit` rows, on a plain cursor: a short run's receipts in one round trip
-# (`RunReads._verify_integrity`).
-LOCATED_RECEIPTS_OF_RUN_PAGE: Final = Query(
-    "located_receipts_of_run_page",
-    lambda _: _located_receipts_of_run().limit(bindparam("limit")),
-    LocatedReceiptRow,
+def _query_and_page(
+    name: str, select_of: Callable[[], Select[Any]], row: Callable[..., Row]
+) -> tuple[Query[Row], Query[Row]]:
+    """A query, and its first `limit` rows (`_page`) on a plain cursor: a short run's
+    rows in one round trip (`RunReads._verify_integrity`)."""
+    return (
+        Query(name, lambda _: select_of(), row),
+        Query(f"{name}_page", lambda _: select_of().limit(bindparam("limit")), row),
+    )
+
+
+LOCATED_RECEIPTS_OF_RUN, LOCATED_RECEIPTS_OF_RUN_PAGE = _query_and_page(
+    "located_receipts_of_run", _located_receipts_of_run, LocatedReceiptRow
 )
 
 
@@ -360,11 +365,6 @@ def _unlocated_operations_of_run() -> Select[Any]:
     )
 
 
-UNLOCATED_OPERATIONS_OF_RUN: Final = Query(
-    "unlocated_operations_of_run", lambda _: _unlocated_operations_of_run(), OperationOfRunRow
-)
-UNLOCATED_OPERATIONS_OF_RUN_PAGE: Final = Query(
-    "unlocated_operations_of_run_page",
-    lambda _: _unlocated_operations_of_run().limit(bindparam("limit")),
-    OperationOfRunRow,
+UNLOCATED_OPERATIONS_OF_RUN, UNLOCATED_OPERATIONS_OF_RUN_PAGE = _query_and_page(
+    "unlocated_operations_of_run", _unlocated_operations_of_run, OperationOfRunRow
 )

@@ -14,7 +14,6 @@ leases, bindings, verification), `append_statements`, `read_statements`.
 
 from __future__ import annotations
 
-import functools
 import json
 import operator
 import threading
@@ -84,70 +83,66 @@ class CompiledStatement:
     arguments: Callable[[Mapping[str, Any]], Any]
 
 
-# (dialect, driver, paramstyle, schema map) -> statement -> compiled statement
-_cache: dict[tuple[str, str, str, SchemaMap], dict[Statement, CompiledStatement]] = {}
+class _CompiledStatements(dict[Statement, CompiledStatement]):
+    """The statements of one dialect and schema map, each compiled on its first use
+    (`__missing__`): a statement already compiled is one dict lookup."""
+
+    def __init__(self, dialect: Dialect, schema_map: SchemaMap) -> None:
+        super().__init__()
+        self.dialect = dialect
+        self.schema_map = schema_map
+
+    def __missing__(self, statement: Statement) -> CompiledStatement:
+        # two threads may compile one statement at once: both get the same text
+        compiled = self[statement] = compile_statement(statement, self.dialect, self.schema_map)
+        return compiled
+
+
+# (dialect, driver, paramstyle, schema map) -> its compiled statements
+_cache: dict[tuple[str, str, str, SchemaMap], _CompiledStatements] = {}
 _cache_lock: Final = threading.Lock()
 
 
-def _compiled_statements(
-    dialect: Dialect, schema_map: SchemaMap
-) -> dict[Statement, CompiledStatement]:
+def _compiled_statements(dialect: Dialect, schema_map: SchemaMap) -> _CompiledStatements:
     """The statements compiled so far for one dialect and schema map (filled on use)."""
     key = (dialect.name, str(dialect.driver), str(dialect.paramstyle), schema_map)
     statements = _cache.get(key)
     if statements is None:
         with _cache_lock:
-            statements = _cache.setdefault(key, {})
+            statements = _cache.setdefault(key, _CompiledStatements(dialect, schema_map))
     return statements
-
-
-def _compiled(dialect: Dialect, statement: Statement, schema_map: SchemaMap) -> CompiledStatement:
-    statements = _compiled_statements(dialect, schema_map)
-    cached = statements.get(statement)
-    if cached is None:
-        cached = statements[statement] = compile_statement(statement, dialect, schema_map)
-    return cached
 
 
 def _arguments_of(
     positions: tuple[str, ...] | None, constants: Mapping[str, Any]
 ) -> Callable[[Mapping[str, Any]], Any]:
-    """The driver's arguments from a mapping of named values, the statement's own
-    constants where the caller names none (as `{**constants, **params}` would), the
-    caller's mapping never copied or changed (the append sends one mapping to three
-    statements).
-
-    Positional paramstyles get one function per statement, written out as a tuple display
-    (`(values["run_id"], values.get("state", c1), ...)`): one call per statement, where
-    composing getters cost a call per run of names (measured on the append)."""
+    """The driver's arguments from a mapping of named values: `{**constants, **values}`
+    (the statement's own constants where the caller names none), in the statement's
+    order for positional paramstyles; the caller's mapping is never changed (the append
+    sends one mapping to three statements)."""
     if positions is None:
         if not constants:
             return _as_given
         fixed = dict(constants)
-        return lambda params: {**fixed, **params}
-    if not constants and len(positions) > 1:
-        # the tuple in C, with no Python frame (the append's statements take this way)
-        return operator.itemgetter(*positions)
-    defaults: dict[str, Any] = {}
-    items: list[str] = []
-    for name in positions:
-        if name in constants:
-            slot = f"c{len(defaults)}"
-            defaults[slot] = constants[name]
-            items.append(f"values.get({name!r}, {slot})")
-        else:
-            items.append(f"values[{name!r}]")
-    # names are the compiled statement's bind names, written as string literals (repr):
-    # nothing a caller passes reaches this source
-    source = f"lambda values: ({', '.join(items)}{',' if len(items) == 1 else ''})"
-    picked: Callable[[Mapping[str, Any]], tuple[Any, ...]] = eval(
-        source, {"__builtins__": {}, **defaults}
-    )
-    return picked
+        return lambda values: {**fixed, **values}
+    pick = _tuple_of(positions)
+    if not constants:
+        # the append's statements take this way: the tuple picked in C, with no frame
+        return pick
+    fixed = dict(constants)
+    return lambda values: pick({**fixed, **values})
 
 
-def _as_given(params: Mapping[str, Any]) -> Mapping[str, Any]:
-    return params
+def _tuple_of(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function of a mapping giving the tuple of its values of `names`, in order."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    # `itemgetter` of one name gives the value itself, not a tuple, and of none is no getter
+    return lambda values: tuple([values[name] for name in names])
+
+
+def _as_given(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    return values
 
 
 def compile_statement(
@@ -197,7 +192,7 @@ class _ObservedCursor:
 class Statements:
     """Executes typed statements on one SQLAlchemy connection's DB-API cursor."""
 
-    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "_schema_map", "profile", "writes")
+    __slots__ = ("_compiled", "_cursor", "_dialect", "_raw", "profile", "writes")
 
     def __init__(self, connection: Connection, schema: str | None = None) -> None:
         """`schema`: where cadence-store's tables are (the connection's own statements,
@@ -224,8 +219,8 @@ class Statements:
             # named, never left to the connection's search_path: a pooled server connection
             # may carry another client's `SET search_path`
             schema = self.profile.default_schema
-        self._schema_map: SchemaMap = () if schema is None else ((None, schema),)
-        self._compiled = _compiled_statements(dialect, self._schema_map)
+        schema_map: SchemaMap = () if schema is None else ((None, schema),)
+        self._compiled = _compiled_statements(dialect, schema_map)
         self._raw = raw
         self._cursor = raw.cursor()
         self.writes = 0  # rows written so far (`journal_write` reads it)
@@ -234,23 +229,8 @@ class Statements:
     def dialect_name(self) -> str:
         return str(self._dialect.name)
 
-    def immediate_transaction(self) -> tuple[Callable[[], object], Callable[[], object]]:
-        """SQLite: what begins a transaction holding the write lock (see
-        `engine.begin_immediate`) and what ends it, both statements on this cursor (its
-        cached COMMIT: the driver's `commit()` prepares one anew every time, a few
-        microseconds on cold caches). Partials, called without a Python frame."""
-        execute = self._cursor.execute
-        return functools.partial(execute, "BEGIN IMMEDIATE"), functools.partial(execute, "COMMIT")
-
-    def _compiled_of(self, statement: Statement) -> CompiledStatement:
-        return self._compiled.get(statement) or _compiled(
-            self._dialect, statement, self._schema_map
-        )
-
     def _run(self, statement: Statement, params: Mapping[str, Any]) -> Any:
-        compiled = self._compiled.get(statement) or _compiled(
-            self._dialect, statement, self._schema_map
-        )
+        compiled = self._compiled[statement]
         self._cursor.execute(compiled.text, compiled.arguments(params))
         return self._cursor
 
@@ -279,11 +259,7 @@ class Statements:
 
     def write_from(self, write: Write, params: Mapping[str, Any]) -> int:
         """`write` with the values in a mapping (see `one_from`)."""
-        # `_run` written out: three of these make a transition
-        compiled = self._compiled.get(write) or _compiled(self._dialect, write, self._schema_map)
-        cursor = self._cursor
-        cursor.execute(compiled.text, compiled.arguments(params))
-        count: int = cursor.rowcount
+        count: int = self._run(write, params).rowcount
         if count > 0:
             self.writes += count
         return count
@@ -292,22 +268,13 @@ class Statements:
         self, guard: Write, then: tuple[Write, ...], params: Mapping[str, Any]
     ) -> bool:
         """`guard`, and each of `then` only if it wrote exactly one row (an append's
-        compare-and-set on the run's head, then its event and receipt): whether it did.
-        One frame for all of them (see `write_from`)."""
-        compiled = self._compiled
-        cursor = self._cursor
-        statement = compiled.get(guard) or _compiled(self._dialect, guard, self._schema_map)
-        cursor.execute(statement.text, statement.arguments(params))
-        if cursor.rowcount != 1:
+        compare-and-set on the run's head, then its event and receipt): whether it did."""
+        if self._run(guard, params).rowcount != 1:
             return False
         # counted as each one is written: a failure halfway left rows (`journal_write`)
         self.writes += 1
         for write in then:
-            statement = compiled.get(write) or _compiled(self._dialect, write, self._schema_map)
-            cursor.execute(statement.text, statement.arguments(params))
-            count: int = cursor.rowcount
-            if count > 0:
-                self.writes += count
+            self.write_from(write, params)
         return True
 
     def write_rows(self, write: RowsWrite, rows: Sequence[Mapping[str, Any]]) -> int:
@@ -316,7 +283,7 @@ class Statements:
         steps it in C)."""
         if not rows:
             return 0
-        compiled = self._compiled_of(write)
+        compiled = self._compiled[write]
         arguments = compiled.arguments
         if self.profile.binds_row_sets:
             self._cursor.execute(compiled.text, arguments({"rows": json_rows(rows, write.columns)}))
@@ -360,7 +327,7 @@ class Statements:
         try:
             with raw.pipeline():
                 for query, params in requests:
-                    compiled = self._compiled_of(query)
+                    compiled = self._compiled[query]
                     cursor = raw.cursor()
                     cursors.append(cursor)
                     cursor.execute(compiled.text, compiled.arguments(params))
@@ -374,7 +341,7 @@ class Statements:
     ) -> Generator[list[tuple[Any, ...]]]:
         """`raw_stream` a batch at a time (a reader that chains them in C takes no
         generator step per row); closing the generator closes its cursor."""
-        statement = self._compiled_of(query)
+        statement = self._compiled[query]
         args = statement.arguments(params)
         cursor = self.profile.streaming_cursor(self._raw, bool(self._dialect.is_async))
         try:

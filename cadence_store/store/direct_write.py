@@ -34,6 +34,7 @@ from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction, RunHead
 from ..storage.call_budget import attempts_bounded, watch_connection
 from ..storage.dialects import profile_of
+from ..storage.engine import begin_immediate_on
 from ..storage.failures import WRITE, database_errors
 from ..storage.readiness import FORGETS, is_store_ready
 from ..storage.statements import Statements
@@ -143,8 +144,8 @@ class DirectWrites:
         self._lock = threading.Lock()
 
     def _checkout(self) -> _Checkout:
-        """A pooled connection, the statements on it and what begins and commits its
-        transaction (`run` takes the kept one, if there is one, itself). A connection's
+        """A pooled connection and the statements on it (`run` takes the kept one, if
+        there is one, itself). A connection's
         statements are made once in its life and kept in its `info`, which the pool
         clears when it replaces the connection: a host's pool lends its connections
         afresh for every call, and making them cost a tenth of a call's own work."""
@@ -154,20 +155,13 @@ class DirectWrites:
             _WRITE_ERRORS.raise_coded(error)
             raise
         info = pooled.info
-        made = info.get(self._info_key)
-        if made is None:
+        statements = info.get(self._info_key)
+        if statements is None:
             dbapi_connection = pooled.dbapi_connection
             assert dbapi_connection is not None  # a connection just checked out
             statements = Statements.on_dbapi(self._engine.dialect, dbapi_connection, self._schema)
-            begin: Callable[[], object] | None = None
-            commit: Callable[[], object] = dbapi_connection.commit
-            if self._profile.begins_immediate:
-                # take the write lock first: a concurrent writer waits in SQLite's busy
-                # handler instead of failing the read-then-write halfway; a transaction
-                # begun by statement ends by one
-                begin, commit = statements.immediate_transaction()
-            made = info[self._info_key] = (statements, begin, commit)
-        return pooled, *made
+            info[self._info_key] = statements
+        return pooled, statements
 
     def _after_commit(self, kept: _Kept, heads: list[RunHead]) -> None:
         """Keep the heads the commit left runs at, for the next write to start from
@@ -199,12 +193,14 @@ class DirectWrites:
             checkout, repository = kept
             if self._watched:
                 watch_connection(checkout[0].dbapi_connection)
-        pooled, statements, begin, commit = checkout
+        pooled, statements = checkout
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # checked out, not yet closed
         try:
-            if begin is not None:
-                begin()
+            if self._profile.begins_immediate:
+                # take the write lock first: a concurrent writer waits in SQLite's busy
+                # handler instead of failing the read-then-write halfway
+                begin_immediate_on(dbapi_connection)
             if repository is None:
                 transaction = JournalTransaction.on_pooled(
                     self._profile, dbapi_connection, statements, self._schema, self._known
@@ -216,7 +212,7 @@ class DirectWrites:
                 transaction = repository.transaction
                 transaction.begin_again()
             result = work(repository)
-            commit()
+            dbapi_connection.commit()
             if transaction.commit_pending:
                 transaction.committed(self._engine)
         except BaseException as error:
@@ -233,11 +229,8 @@ class DirectWrites:
         return result
 
 
-# a pooled connection, the statements on it, what begins its transaction (None: the
-# driver does, with its first statement) and what commits it
-_Checkout = tuple[
-    PoolProxiedConnection, Statements, Callable[[], object] | None, Callable[[], object]
-]
+# a pooled connection and the statements on it
+_Checkout = tuple[PoolProxiedConnection, Statements]
 # a checkout a store keeps between its writes, and the repository made on it
 _Kept = tuple[_Checkout, RunRepository]
 

@@ -61,7 +61,7 @@ def _positional_subscripts(path: Path) -> list[str]:
 def test_repository_reads_rows_by_name() -> None:
     assert REPOSITORY_MODULES, "no repository modules found"
     found = [hit for path in REPOSITORY_MODULES for hit in _positional_subscripts(path)]
-    assert found == [], "rows read by position; use the statement's row type (sql_rows)"
+    assert found == [], "rows read by position; use the statement's row type (storage/rows.py)"
 
 
 def test_the_scan_finds_positional_indexing(tmp_path: Path) -> None:
