@@ -55,7 +55,7 @@ async def follow_async(
         close = getattr(items, "close", None)
         if close is not None:
             close()  # it only checked the arguments; read on the loop instead
-        position = await run(lambda: start_position(store.runner, after, follower))
+        position = await run(lambda: start_position(store.transactions, after, follower))
         async for item in _polled(store, position, run_id, poll_s, stopped, run):
             yield item
         return
