@@ -134,6 +134,8 @@ FEED_CALL = "return following.{name}(self.transactions, {arguments})"
 ON_STORE = "return await self._on_store(RunStore.{name}, {arguments})"
 HOST_CALL = "return await self._host_call(host_calls.{name}({arguments}))"
 RUN_SYNC = "return await self.run_sync(lambda runs: runs.{name}({arguments}))"
+# an iterable read once, as a list: every attempt of the call sees the same keys
+STARTING_WRITE = "provisional_aliases = materialised(provisional_aliases)\n" + WRITE
 REPLAYING_WRITE = """
 def work(runs: RunRepository) -> RunProjection:
     return runs.{name}({arguments})
@@ -147,6 +149,7 @@ def run_store_methods() -> list[Method]:
     writes and its reads (one snapshot each), and the feed."""
     return [
         *(Method(host_call(name), HOSTING_WRITE) for name in HOST_CALLS_NAMES),
+        Method(repository("start_run"), STARTING_WRITE),
         Method(repository("bind_delivery"), REPLAYING_WRITE.replace("{kind}", "DELIVERY_BOUND")),
         *(Method(repository(name), WRITE) for name in PLAIN_WRITES),
         *(Method(repository(name), READ) for name in READS),
@@ -154,13 +157,7 @@ def run_store_methods() -> list[Method]:
     ]
 
 
-# `RunStore`'s methods that `AsyncRunStore` runs as they are, off the event loop
-ASYNC_STORE_PROXIES = (
-    "start_run",
-    "bind_change",
-    "bind_delivery",
-    "transition",
-    "transition_many",
+LEASES = (
     "acquire_lease",
     "renew_lease",
     "assert_lease",
@@ -168,6 +165,15 @@ ASYNC_STORE_PROXIES = (
     "interrupt_lease",
     "inspect_operation",
     "recover_expired_leases",
+)
+# `RunStore`'s methods that `AsyncRunStore` runs as they are, off the event loop
+ASYNC_STORE_PROXIES = (
+    "start_run",
+    "bind_change",
+    "bind_delivery",
+    "transition",
+    "transition_many",
+    *LEASES,
     *READS,
     "read_feed",
 )
@@ -182,26 +188,14 @@ def async_store_methods() -> list[Method]:
     ]
 
 
-# `RunRepository`'s methods that `AsyncRunRepository` runs in its connection's greenlet
+# `RunRepository`'s methods that `AsyncRunRepository` runs in its connection's greenlet:
+# the store's, and the journal calls that say whether they appended
 ASYNC_REPOSITORY_PROXIES = (
-    "start_run",
-    "bind_change",
-    "bind_delivery",
+    *ASYNC_STORE_PROXIES,
     "bind_deliveries",
     "bind_deliveries_once",
-    "transition",
     "transition_once",
-    "transition_many",
     "transition_many_once",
-    "acquire_lease",
-    "renew_lease",
-    "assert_lease",
-    "commit_lease",
-    "interrupt_lease",
-    "inspect_operation",
-    "recover_expired_leases",
-    *READS,
-    "read_feed",
     "record_position",
 )
 
@@ -269,7 +263,7 @@ TARGETS: dict[Path, Target] = {
         imports=TYPES
         + "from . import following, host_calls\n"
         + "from .following import DEFAULT_POLL_S, Stop\n"
-        + "from .host_calls import HostWrite\n"
+        + "from .host_calls import HostWrite, materialised\n"
         + "from .retries import replaying\n"
         + "from .transactions import Transactions\n",
         name="RunStoreCalls",

@@ -92,26 +92,6 @@ class AsyncRunRepositoryCalls(ABC):
         )
 
     @traced
-    async def bind_deliveries(
-        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
-    ) -> RunProjection:
-        """Bind several deliveries of one run (`bind_deliveries_once`'s rules)."""
-        return await self.run_sync(lambda runs: runs.bind_deliveries(requests))
-
-    @traced
-    async def bind_deliveries_once(
-        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
-    ) -> tuple[RunProjection, bool]:
-        """Bind deliveries of one run (one lease), and say whether any of them appended
-        an event: `(projection, appended)`.
-
-        `appended` is False when every request replayed its operation id or found its
-        binding already stored with the same receipt: a host `Session` adds its own rows
-        (an audit row, an outbox message) only when it is True, so a retried request adds
-        them once. The inputs follow `bind_deliveries_atomically`'s rules."""
-        return await self.run_sync(lambda runs: runs.bind_deliveries_once(requests))
-
-    @traced
     async def transition(
         self,
         run_id: str,
@@ -134,52 +114,12 @@ class AsyncRunRepositoryCalls(ABC):
         )
 
     @traced
-    async def transition_once(
-        self,
-        run_id: str,
-        to: str,
-        *,
-        operation_id: str,
-        code: str | None = None,
-        lease: OperationLease | Mapping[str, Any] | None = None,
-    ) -> tuple[RunProjection, bool]:
-        """`transition`, and whether it appended a new event: `(projection, appended)`.
-
-        `appended` is False when the operation id was already recorded (a retried
-        request): the recorded projection comes back and nothing is written. This is how
-        a host `Session` (or `AsyncRunRepository` in an `AsyncSession`) knows whether to
-        add its own rows, exactly once per event::
-
-            run, appended = runs.transition_once(run_id, "paused", operation_id=request_id)
-            if appended:
-                session.add(AuditRow(run_id=run_id, request_id=request_id))"""
-        return await self.run_sync(
-            lambda runs: runs.transition_once(
-                run_id, to, operation_id=operation_id, code=code, lease=lease
-            )
-        )
-
-    @traced
     async def transition_many(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[RunProjection]:
         """Several transitions in one go (`transition_many_once`'s rules): the projection
         after each request, in order."""
         return await self.run_sync(lambda runs: runs.transition_many(requests))
-
-    @traced
-    async def transition_many_once(
-        self, requests: Iterable[Transition | Mapping[str, Any]]
-    ) -> list[tuple[RunProjection, bool]]:
-        """Each request (`Transition`, or a mapping of its fields) as `transition_once`
-        would answer it, called in order in this transaction: `(projection, appended)`.
-
-        The requests may name several runs, and an operation id twice (the second
-        replays the first). Their statements are sent together: on PostgreSQL four round
-        trips for the whole batch, where calls of `transition` take one each. A request
-        that would fail (an illegal move, an unknown run, an operation id of another
-        kind, bad input) raises its error, and nothing of the batch is written."""
-        return await self.run_sync(lambda runs: runs.transition_many_once(requests))
 
     @traced
     async def acquire_lease(
@@ -342,6 +282,66 @@ class AsyncRunRepositoryCalls(ABC):
         return await self.run_sync(
             lambda runs: runs.read_feed(after=after, limit=limit, run_id=run_id)
         )
+
+    @traced
+    async def bind_deliveries(
+        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
+    ) -> RunProjection:
+        """Bind several deliveries of one run (`bind_deliveries_once`'s rules)."""
+        return await self.run_sync(lambda runs: runs.bind_deliveries(requests))
+
+    @traced
+    async def bind_deliveries_once(
+        self, requests: Iterable[BindDelivery | Mapping[str, Any]]
+    ) -> tuple[RunProjection, bool]:
+        """Bind deliveries of one run (one lease), and say whether any of them appended
+        an event: `(projection, appended)`.
+
+        `appended` is False when every request replayed its operation id or found its
+        binding already stored with the same receipt: a host `Session` adds its own rows
+        (an audit row, an outbox message) only when it is True, so a retried request adds
+        them once. The inputs follow `bind_deliveries_atomically`'s rules."""
+        return await self.run_sync(lambda runs: runs.bind_deliveries_once(requests))
+
+    @traced
+    async def transition_once(
+        self,
+        run_id: str,
+        to: str,
+        *,
+        operation_id: str,
+        code: str | None = None,
+        lease: OperationLease | Mapping[str, Any] | None = None,
+    ) -> tuple[RunProjection, bool]:
+        """`transition`, and whether it appended a new event: `(projection, appended)`.
+
+        `appended` is False when the operation id was already recorded (a retried
+        request): the recorded projection comes back and nothing is written. This is how
+        a host `Session` (or `AsyncRunRepository` in an `AsyncSession`) knows whether to
+        add its own rows, exactly once per event::
+
+            run, appended = runs.transition_once(run_id, "paused", operation_id=request_id)
+            if appended:
+                session.add(AuditRow(run_id=run_id, request_id=request_id))"""
+        return await self.run_sync(
+            lambda runs: runs.transition_once(
+                run_id, to, operation_id=operation_id, code=code, lease=lease
+            )
+        )
+
+    @traced
+    async def transition_many_once(
+        self, requests: Iterable[Transition | Mapping[str, Any]]
+    ) -> list[tuple[RunProjection, bool]]:
+        """Each request (`Transition`, or a mapping of its fields) as `transition_once`
+        would answer it, called in order in this transaction: `(projection, appended)`.
+
+        The requests may name several runs, and an operation id twice (the second
+        replays the first). Their statements are sent together: on PostgreSQL four round
+        trips for the whole batch, where calls of `transition` take one each. A request
+        that would fail (an illegal move, an unknown run, an operation id of another
+        kind, bad input) raises its error, and nothing of the batch is written."""
+        return await self.run_sync(lambda runs: runs.transition_many_once(requests))
 
     @traced
     async def record_position(self, follower: str, position: int) -> None:

@@ -46,8 +46,12 @@ class AsyncRunStoreCalls(ABC):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
-        """Start a run of `stage` (or return the run its keys already name): see
-        `RunRepository.start_run`."""
+        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
+
+        The run is found again by its `change`, or by its `provisional_key` (and
+        `provisional_aliases`) for a design run without a change yet: a second start with
+        the same key returns that run. The same `operation_id` replays the recorded run.
+        Needs a root hash (`invalid-root-hash` otherwise)."""
         return await self._on_store(
             RunStore.start_run,
             stage,

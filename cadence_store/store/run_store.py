@@ -255,29 +255,6 @@ class RunStore(RunStoreCalls):
     # -- runs and their journal -----------------------------------------------------------
 
     @traced
-    def start_run(
-        self,
-        stage: str,
-        *,
-        operation_id: str,
-        change: str | None = None,
-        provisional_key: str | None = None,
-        provisional_aliases: Iterable[str] | None = None,
-    ) -> RunProjection:
-        """Start a run of `stage` (or return the run its keys already name): see
-        `RunRepository.start_run`."""
-        aliases = materialised(provisional_aliases)  # every attempt sees the same keys
-        return self.transactions.write(
-            lambda runs: runs.start_run(
-                stage,
-                operation_id=operation_id,
-                change=change,
-                provisional_key=provisional_key,
-                provisional_aliases=aliases,
-            )
-        )
-
-    @traced
     def transition(
         self,
         run_id: str,

@@ -18,7 +18,7 @@ from ..repository.run_repository import DELIVERY_BOUND, RunRepository
 from ..telemetry import traced
 from . import following, host_calls
 from .following import DEFAULT_POLL_S, Stop
-from .host_calls import HostWrite
+from .host_calls import HostWrite, materialised
 from .retries import replaying
 from .transactions import Transactions
 
@@ -95,6 +95,33 @@ class RunStoreCalls(ABC):
             *host_calls.transition_atomically(
                 run_id, to, operation_id=operation_id, write=write, code=code, lease=lease
             ).synchronous()
+        )
+
+    @traced
+    def start_run(
+        self,
+        stage: str,
+        *,
+        operation_id: str,
+        change: str | None = None,
+        provisional_key: str | None = None,
+        provisional_aliases: Iterable[str] | None = None,
+    ) -> RunProjection:
+        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
+
+        The run is found again by its `change`, or by its `provisional_key` (and
+        `provisional_aliases`) for a design run without a change yet: a second start with
+        the same key returns that run. The same `operation_id` replays the recorded run.
+        Needs a root hash (`invalid-root-hash` otherwise)."""
+        provisional_aliases = materialised(provisional_aliases)
+        return self.transactions.write(
+            lambda runs: runs.start_run(
+                stage,
+                operation_id=operation_id,
+                change=change,
+                provisional_key=provisional_key,
+                provisional_aliases=provisional_aliases,
+            )
         )
 
     @traced
