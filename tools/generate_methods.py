@@ -404,6 +404,15 @@ def ruff(path: Path, text: str, *command: str) -> str:
     return result.stdout
 
 
+def differs(path: Path, text: str) -> bool:
+    """Whether `path` holds other code than `text`: its syntax tree, docstrings included,
+    not its layout (which `ruff format --check` judges, with whatever ruff is installed:
+    the lowest one allowed may lay out a line otherwise)."""
+    if not path.exists():
+        return True
+    return ast.dump(ast.parse(path.read_text())) != ast.dump(ast.parse(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/generate_methods.py")
     parser.add_argument("--check", action="store_true", help="report stale blocks, write nothing")
@@ -411,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     texts: dict[Path, str] = {}
     for path in TARGETS:  # in order: RunStore's first, the async store's read it
         texts[path] = generated(path, texts)
-    stale = [path for path, text in texts.items() if not path.exists() or text != path.read_text()]
+    stale = [path for path, text in texts.items() if differs(path, text)]
     if options.check:
         for path in stale:
             sys.stdout.writelines(
