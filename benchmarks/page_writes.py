@@ -91,10 +91,10 @@ class Subject:
 
     def pages_of(self, commit: Callable[[], object]) -> dict[str, int]:
         """The pages one `commit` changed, per b-tree."""
-        self.store.runner.release_kept()  # nobody holds the WAL while it is checkpointed
+        self.store.transactions.release_kept()  # nobody holds the WAL while it is checkpointed
         before, _ = _pages(self.path)
         commit()
-        self.store.runner.release_kept()
+        self.store.transactions.release_kept()
         after, owners = _pages(self.path)
         changed = [n for n, page in after.items() if before.get(n) != page]
         counts = collections.Counter(owners.get(n, "(free list, header)") for n in changed)

@@ -5,7 +5,7 @@ transition through each layer, interleaved in random order, 200 calls a round; t
 gives the 25th percentile of the per-round means (the least disturbed rounds).
 
 - `RunStore.transition`: the whole call (failover wrapper, retries, direct write path);
-- `direct path`: `DirectWrites.run` alone (kept connection, BEGIN IMMEDIATE, COMMIT);
+- `direct path`: `DirectWrites.write` alone (kept connection, BEGIN IMMEDIATE, COMMIT);
 - `repository`: `RunRepository.transition` on a held DB-API connection, begun by hand;
 - `floor`: the hand-written DB-API transaction (`floor.py`), remembering heads as the
   store does (the floor of `benchmarks.sqlite_gap`);
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     floor_read_head = SqliteFloor(str(path))
     for each in (floor, floor_read_head):
         each.db.execute("PRAGMA synchronous = OFF")
-    names = ["RunStore.transition", "runner", "repository", "floor", "floor_read_head"]
+    names = ["RunStore.transition", "transactions", "repository", "floor", "floor_read_head"]
     runs = {name: paused_run(store, f"layer-{index}") for index, name in enumerate(names)}
     held = store.engine.raw_connection()
     raw = held.dbapi_connection
@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         raw.commit()
 
-    runner = store.runner
+    transactions = store.transactions
     variants = {
         "RunStore.transition": lambda r, op: store.transition(
             r, "paused", operation_id=op, code="x"
         ),
-        "runner": lambda r, op: runner.write(
+        "transactions": lambda r, op: transactions.write(
             lambda repo: repo.transition(r, "paused", operation_id=op, code="x")
         ),
         "repository": repository,

@@ -1,9 +1,10 @@
 """Traces and metrics of the public calls, with the `otel` extra (opentelemetry-api).
 
-`instrument(cls)` gives every public method of `RunStore`, `AsyncRunStore`,
+`traced` (a method decorator) gives every public method of `RunStore`, `AsyncRunStore`,
 `RunRepository`, `AsyncRunRepository` a span named `cadence_store.<method>` (tracer
-`cadence_store`), a child of the caller's current span, and a unit of work one span from
-its `with` to its end (`cadence_store.unit_of_work`). Attributes: `db.system`,
+`cadence_store`), a child of the caller's current span, and `opens_unit_of_work` /
+`closes_unit_of_work` a unit of work one span from its `with` to its end
+(`cadence_store.unit_of_work`). Attributes: `db.system`,
 `cadence_store.run_id`, `cadence_store.operation_id`, `cadence_store.replayed` (journal
 writes: no new event was appended), and on a failure `cadence_store.error_code` with
 status ERROR. Only the outermost call of the library has a span: `RunStore.transition`
@@ -12,8 +13,8 @@ calling `RunRepository.transition` is one span. Metrics (meter `cadence_store`):
 appended them), `cadence_store.leases.fenced`, histogram
 `cadence_store.call.duration` (seconds, attribute `method`).
 
-Without opentelemetry-api installed nothing is imported and `instrument` leaves the
-classes as they are: a call costs what it did before. With the API but no SDK set up (the
+Without opentelemetry-api installed nothing is imported and the decorators return the
+methods as they are: a call costs what it did before. With the API but no SDK set up (the
 API's proxy or no-op providers), a call checks that and skips its span and measurements;
 the costs are measured by `python -m benchmarks.telemetry`.
 
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from types import FunctionType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from .errors import CadenceStoreError, LeaseFencedError
 
@@ -44,6 +45,7 @@ def _api_installed() -> bool:
 
 
 C = TypeVar("C", bound=type)
+F = TypeVar("F", bound=Callable[..., Any])
 OTEL_AVAILABLE: Final = _api_installed()
 NAME: Final = "cadence_store"
 UNIT_OF_WORK_SPAN: Final = "cadence_store.unit_of_work"
@@ -64,8 +66,6 @@ JOURNAL_WRITES: Final = frozenset(
         "transition_many_once",
     }
 )
-# public methods that get no span of their own
-_UNTRACED: Final = frozenset({"unit_of_work"})
 
 
 class _Call:
@@ -154,9 +154,8 @@ def _api() -> _Otel:
 
 
 def note_appended(count: int = 1) -> str | None:
-    """`count` events were appended inside the current call (the repository's append
-    path): the call's method, for `count_committed` once their transaction commits (None
-    while nothing records)."""
+    """`count` events appended in the current call: its method, for `count_committed`
+    once their transaction commits (None while nothing records)."""
     call = _current.get()
     if call is None:
         return None
@@ -304,12 +303,18 @@ class _Span:
             self.scope.__exit__(None, None, None)
 
 
-def _traced(
-    name: str, method: Callable[..., Any], signature: inspect.Signature
-) -> Callable[..., Any]:
+def traced(method: F) -> F:
+    """A public call's span (`cadence_store.<name>`; the module's rules): `method` wrapped
+    by `functools.wraps`, so `__wrapped__` leads to it. Without the API, `method` itself;
+    a stream (a generator) too, whose span would end before it is read."""
+    if not OTEL_AVAILABLE or inspect.isgeneratorfunction(method):
+        return method
+    if inspect.isasyncgenfunction(method):
+        return method
+    name = method.__name__
     span_name = f"{NAME}.{name}"
     journal_write = name in JOURNAL_WRITES
-    pick = _picker(signature)
+    pick = _picker(inspect.signature(method))
 
     if inspect.iscoroutinefunction(method):
 
@@ -327,10 +332,10 @@ def _traced(
             span.close(result, None)
             return result
 
-        return traced_async
+        return cast(F, traced_async)
 
     @functools.wraps(method)
-    def traced(*args: Any, **kwargs: Any) -> Any:
+    def traced_call(*args: Any, **kwargs: Any) -> Any:
         if _current.get() is not None:  # nested in a call with a span, or in an idle one
             return method(*args, **kwargs)
         if _api().idle():
@@ -351,57 +356,38 @@ def _traced(
         span.close(result, None)
         return result
 
-    return traced
+    return cast(F, traced_call)
 
 
 def instrument(cls: C) -> C:
-    """Give `cls`'s public methods their spans (a class decorator; nothing without the
-    API)."""
-    return _instrument(cls, None)
-
-
-def instrument_forwarding(model: type) -> Callable[[C], C]:
-    """`instrument` for a class whose methods forward `*args` (the async classes): each
-    is read with the parameters of `model`'s method of the same name."""
-    return lambda cls: _instrument(cls, model)
-
-
-def _instrument(cls: C, model: type | None) -> C:
+    """`traced` on each public method of `cls` (`RunRepository`, whose methods are spread
+    over its parts); the stores and units of work decorate their methods one by one."""
     if not OTEL_AVAILABLE:
         return cls
     for name in dir(cls):
-        if name.startswith("_") or name in _UNTRACED:
+        if name.startswith("_"):
             continue
         raw = inspect.getattr_static(cls, name)
-        if not isinstance(raw, FunctionType) or getattr(raw, "__cadence_traced__", False):
-            continue
-        if inspect.isgeneratorfunction(raw) or inspect.isasyncgenfunction(raw):
-            continue  # a stream: its span would end before it is read
-        signature = inspect.signature(raw)
-        forwarded = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
-        if forwarded and model is not None and hasattr(model, name):
-            signature = inspect.signature(getattr(model, name))
-        traced = _traced(name, raw, signature)
-        traced.__cadence_traced__ = True  # type: ignore[attr-defined]
-        setattr(cls, name, traced)
+        if isinstance(raw, FunctionType):
+            setattr(cls, name, traced(raw))
     return cls
 
 
-def instrument_unit_of_work(cls: C) -> C:
-    """A unit of work's span: from `__enter__` (`__aenter__`) to the end of its block,
-    committed or rolled back; the calls inside are its children. None when the unit of
-    work is a library call's own (`RunStore` runs some calls in one)."""
+def opens_unit_of_work(enter: F) -> F:
+    """A unit of work's span, from its `__enter__` (`__aenter__`) to the end of its block,
+    committed or rolled back (`closes_unit_of_work` on its `__exit__`); the calls inside
+    are its children. None when the unit of work is a library call's own (`RunStore` runs
+    some calls in one)."""
     if not OTEL_AVAILABLE:
-        return cls
-    for enter_name, exit_name in (("__enter__", "__exit__"), ("__aenter__", "__aexit__")):
-        enter = cls.__dict__.get(enter_name)
-        leave = cls.__dict__.get(exit_name)
-        if enter is None or leave is None:
-            continue
-        asynchronous = inspect.iscoroutinefunction(enter)
-        setattr(cls, enter_name, _entering(enter, asynchronous))
-        setattr(cls, exit_name, _leaving(leave, asynchronous))
-    return cls
+        return enter
+    return cast(F, _entering(enter, inspect.iscoroutinefunction(enter)))
+
+
+def closes_unit_of_work(leave: F) -> F:
+    """The end of the span `opens_unit_of_work` began."""
+    if not OTEL_AVAILABLE:
+        return leave
+    return cast(F, _leaving(leave, inspect.iscoroutinefunction(leave)))
 
 
 def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
@@ -503,10 +489,12 @@ def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
 __all__ = [
     "JOURNAL_WRITES",
     "OTEL_AVAILABLE",
+    "closes_unit_of_work",
     "count_committed",
     "instrument",
-    "instrument_unit_of_work",
+    "opens_unit_of_work",
     "note_appended",
     "record_busy_retry",
     "record_failover_rerun",
+    "traced",
 ]

@@ -56,8 +56,10 @@ async def follow_async(
         close = getattr(items, "close", None)
         if close is not None:
             close()  # it only checked the arguments; read on the loop instead
-        position = await run(lambda: start_position(store.runner, after, follower))
-        name = None if follower is None else FollowerNameHold(store.runner.base_engine, follower)
+        position = await run(lambda: start_position(store.transactions, after, follower))
+        name = (
+            None if follower is None else FollowerNameHold(store.transactions.base_engine, follower)
+        )
         try:
             if name is not None:
                 await run(name.take)  # `follower-in-use` while another follow holds it

@@ -1,38 +1,25 @@
-"""`AsyncRunRepository`: the journal's rules inside a caller's `AsyncSession` transaction."""
+"""`AsyncRunRepository`: the journal's rules inside a caller's `AsyncSession` transaction.
+
+Its journal methods are generated as source from `RunRepository`'s signatures in
+`repository_calls.py` (`tools/generate_methods.py`, checked in CI).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from ..journal.values import BindDelivery
 from ..repository.run_repository import Clock, RunRepository
 from ..storage.failures import WRITE, database_errors
-from ..store.forwarding import as_method
-from ..telemetry import instrument_forwarding
+from .repository_calls import AsyncRunRepositoryCalls
 
-P = ParamSpec("P")
-R = TypeVar("R")
 T = TypeVar("T")
 
 
-def _awaitable(
-    method: Callable[Concatenate[RunRepository, P], R],
-) -> Callable[Concatenate[AsyncRunRepository, P], Coroutine[Any, Any, R]]:
-    """`RunRepository.method` as a coroutine method of `AsyncRunRepository` (its errors
-    are already coded: the sync method is behind the error boundary)."""
-
-    async def call(self: AsyncRunRepository, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self.run(lambda runs: method(runs, *args, **kwargs))
-
-    as_method(call, method, "AsyncRunRepository")
-    return call
-
-
-@instrument_forwarding(RunRepository)
-class AsyncRunRepository:
+class AsyncRunRepository(AsyncRunRepositoryCalls):
     """The journal's rules inside a caller's `AsyncSession` transaction; it never commits.
 
     Each method is the `RunRepository` method of the same name, run on the session's
@@ -51,8 +38,7 @@ class AsyncRunRepository:
         self.sync = RunRepository(
             session.sync_session, root_hash=root_hash, clock=clock, schema=schema
         )
-        # whose `run_sync` runs the synchronous repository on the transaction's connection
-        self._run_sync_on: AsyncSession | AsyncConnection = session
+        self._greenlet_of: AsyncSession | AsyncConnection = session  # runs `run_sync`
         self._session_of: Callable[[], AsyncSession] = lambda: session
 
     @classmethod
@@ -66,7 +52,7 @@ class AsyncRunRepository:
         transaction, run on `connection`; `session_of()` gives its `AsyncSession`."""
         repository = cls.__new__(cls)
         repository.sync = sync
-        repository._run_sync_on = connection
+        repository._greenlet_of = connection
         repository._session_of = session_of
         return repository
 
@@ -90,46 +76,18 @@ class AsyncRunRepository:
         """The PostgreSQL schema of cadence-store's tables (None: the default)."""
         return self.sync.schema
 
-    async def run(self, work: Callable[[RunRepository], T]) -> T:
+    async def run_sync(self, work: Callable[[RunRepository], T]) -> T:
         """`work(repository)` on the synchronous repository, inside this transaction.
 
         The repository's methods fail coded already; a driver error of `work`'s own (a
         host's statement) is coded as a write failure, as in a unit of work."""
         sync = self.sync
         with database_errors(WRITE):
-            return await self._run_sync_on.run_sync(lambda _: work(sync))
+            return await self._greenlet_of.run_sync(lambda _: work(sync))
 
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (no database work)."""
         return self.sync.check_deliveries(inputs)
-
-    start_run = _awaitable(RunRepository.start_run)
-    bind_change = _awaitable(RunRepository.bind_change)
-    bind_delivery = _awaitable(RunRepository.bind_delivery)
-    bind_deliveries = _awaitable(RunRepository.bind_deliveries)
-    bind_deliveries_once = _awaitable(RunRepository.bind_deliveries_once)
-    transition = _awaitable(RunRepository.transition)
-    transition_once = _awaitable(RunRepository.transition_once)
-    transition_many = _awaitable(RunRepository.transition_many)
-    transition_many_once = _awaitable(RunRepository.transition_many_once)
-    acquire_lease = _awaitable(RunRepository.acquire_lease)
-    renew_lease = _awaitable(RunRepository.renew_lease)
-    assert_lease = _awaitable(RunRepository.assert_lease)
-    commit_lease = _awaitable(RunRepository.commit_lease)
-    interrupt_lease = _awaitable(RunRepository.interrupt_lease)
-    inspect_operation = _awaitable(RunRepository.inspect_operation)
-    recover_expired_leases = _awaitable(RunRepository.recover_expired_leases)
-    status = _awaitable(RunRepository.status)
-    list_events = _awaitable(RunRepository.list_events)
-    rebuild_projection = _awaitable(RunRepository.rebuild_projection)
-    verify_integrity = _awaitable(RunRepository.verify_integrity)
-    run_ids = _awaitable(RunRepository.run_ids)
-    list_runs = _awaitable(RunRepository.list_runs)
-    run_detail = _awaitable(RunRepository.run_detail)
-    counts = _awaitable(RunRepository.counts)
-    read_feed = _awaitable(RunRepository.read_feed)
-    follower_position = _awaitable(RunRepository.follower_position)
-    record_position = _awaitable(RunRepository.record_position)
 
 
 __all__ = ["AsyncRunRepository"]

@@ -12,7 +12,11 @@ call (the same runner, retries, failover re-runs, `read_bind` and `schema=`), ru
 
 Calls with host code (`unit_of_work()`, the `*_atomically` methods, whose `write` may be
 a coroutine function) run in an `AsyncUnitOfWork` on the async engine, from the call
-descriptions `RunStore` uses (`store/calls.py`), with the same retries and failover re-runs.
+descriptions `RunStore` uses (`store/host_calls.py`), through the async side of the same
+retry loop (`store/retries.py`).
+
+The proxies are generated as source from `RunStore`'s and `host_calls`' signatures in
+`store_calls.py` (`tools/generate_methods.py`, checked in CI).
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ import asyncio
 import functools
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.util import greenlet_spawn
 
-from ..errors import InvalidInputError, SchemaOutOfDateError, StoreBusyError, StoreUnavailableError
+from ..errors import InvalidInputError, SchemaOutOfDateError, StoreUnavailableError
 from ..journal import RunEvent
 from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
@@ -37,16 +41,15 @@ from ..storage.engine import is_sqlite, missing_sqlite_file
 from ..storage.failures import READ, database_errors
 from ..storage.schema import require_schema_name, schema_options, upgrade_command
 from ..storage.shape import assert_store_ready
-from ..store import calls
 from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
 from ..store.following import DEFAULT_POLL_S, Stop
-from ..store.forwarding import as_method
+from ..store.host_calls import HostCall
+from ..store.retries import call_with_retries_async
 from ..store.run_store import RunStore
-from ..store.runner import busy_retry_delay
 from ..store.state_root import StateRoot
-from ..telemetry import instrument_forwarding
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .following import follow_async
+from .store_calls import AsyncRunStoreCalls
 from .unit_of_work import AsyncUnitOfWork
 
 P = ParamSpec("P")
@@ -62,34 +65,7 @@ async def _completed(result: object) -> None:
         await result
 
 
-def _proxy(
-    method: Callable[Concatenate[RunStore, P], R],
-) -> Callable[Concatenate[AsyncRunStore, P], Coroutine[Any, Any, R]]:
-    """`RunStore.method` as a coroutine method: the sync store's call, run off the loop."""
-
-    async def call(self: AsyncRunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        store = await self._ready_store()
-        return await self._off_the_loop(functools.partial(method, store, *args, **kwargs))
-
-    as_method(call, method, "AsyncRunStore")
-    return call
-
-
-def _hosts(
-    describe: Callable[P, calls.HostCall[R]],
-) -> Callable[Concatenate[AsyncRunStore, P], Coroutine[Any, Any, R]]:
-    """A call with host code as a coroutine method: its description, in an async unit of
-    work, with `write(session)` awaited if it returns an awaitable."""
-
-    async def call(self: AsyncRunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._host_call(describe(*args, **kwargs))
-
-    as_method(call, describe, "AsyncRunStore")
-    return call
-
-
-@instrument_forwarding(RunStore)
-class AsyncRunStore:
+class AsyncRunStore(AsyncRunStoreCalls):
     """`RunStore` for asyncio applications: every method a coroutine with the same name,
     arguments, results and error codes.
 
@@ -275,67 +251,40 @@ class AsyncRunStore:
 
     async def _prepare_unit_of_work(self) -> None:
         store = await self._ready_store()
-        await self._off_the_loop(store.runner.release_kept)
+        await self._off_the_loop(store.transactions.release_kept)
 
-    async def _host_call(self, host: calls.HostCall[T]) -> T:
-        """A call with host code, in its own unit of work: retried whole after a lost race,
-        re-run after a lost connection (replaying what an earlier attempt committed)."""
+    async def _on_store(
+        self, method: Callable[Concatenate[RunStore, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """`method` of the `RunStore` behind this one, run off the event loop."""
+        store = await self._ready_store()
+        return await self._off_the_loop(functools.partial(method, store, *args, **kwargs))
+
+    async def _host_call(self, host: HostCall[T]) -> T:
+        """A call with host code, in its own unit of work, through the one retry loop
+        (`retries.call_with_retries_async`): retried whole after a lost race, re-run after
+        a lost connection, replaying what an earlier attempt committed."""
         store = await self._ready_store()
 
-        async def attempt(again: bool) -> T:
-            tries = 0
-            while True:
-                tries += 1
-                try:
-                    async with self.unit_of_work() as uow:
-                        if again and (recorded := await uow.runs.run(host.recorded)) is not None:
-                            return recorded
-                        result, appended = await uow.runs.run(host.journal)
-                        if appended:
-                            await _completed(host.write(uow.session))
-                        return result
-                except StoreBusyError as error:
-                    await asyncio.sleep(busy_retry_delay(error, tries))
+        async def in_unit_of_work(work: Callable[[AsyncUnitOfWork], Awaitable[T]]) -> T:
+            async with self.unit_of_work() as uow:
+                return await work(uow)
 
-        return await store.runner.failover.run_async(attempt)
+        async def work(uow: AsyncUnitOfWork) -> T:
+            result, appended = await uow.runs.run_sync(host.journal)
+            if appended:
+                await _completed(host.write(uow.session))
+            return result
 
-    # -- runs and their journal ------------------------------------------------------------
+        async def rerun(uow: AsyncUnitOfWork) -> T:
+            recorded = await uow.runs.run_sync(host.recorded)
+            return await work(uow) if recorded is None else recorded
 
-    start_run = _proxy(RunStore.start_run)
-    bind_change = _proxy(RunStore.bind_change)
-    bind_delivery = _proxy(RunStore.bind_delivery)
-    transition = _proxy(RunStore.transition)
-    transition_many = _proxy(RunStore.transition_many)
+        return await call_with_retries_async(
+            store.transactions.failover, in_unit_of_work, work, rerun
+        )
 
-    bind_delivery_atomically = _hosts(calls.bind_delivery_atomically)
-    bind_deliveries_atomically = _hosts(calls.bind_deliveries_atomically)
-    transition_atomically = _hosts(calls.transition_atomically)
-
-    # -- leases ------------------------------------------------------------------------------
-
-    acquire_lease = _proxy(RunStore.acquire_lease)
-    renew_lease = _proxy(RunStore.renew_lease)
-    assert_lease = _proxy(RunStore.assert_lease)
-    commit_lease = _proxy(RunStore.commit_lease)
-    interrupt_lease = _proxy(RunStore.interrupt_lease)
-    inspect_operation = _proxy(RunStore.inspect_operation)
-    recover_expired_leases = _proxy(RunStore.recover_expired_leases)
-
-    # -- reading (one snapshot each) ---------------------------------------------------------
-
-    status = _proxy(RunStore.status)
-    list_events = _proxy(RunStore.list_events)
-    rebuild_projection = _proxy(RunStore.rebuild_projection)
-    verify_integrity = _proxy(RunStore.verify_integrity)
-    run_ids = _proxy(RunStore.run_ids)
-    list_runs = _proxy(RunStore.list_runs)
-    run_detail = _proxy(RunStore.run_detail)
-    counts = _proxy(RunStore.counts)
-
-    # -- the journal feed --------------------------------------------------------------------
-
-    read_feed = _proxy(RunStore.read_feed)
-    follower_position = _proxy(RunStore.follower_position)
+    # -- the journal feed, streamed ----------------------------------------------------------
 
     async def follow(
         self,

@@ -30,7 +30,7 @@ from ..store.unit_of_work import (
     release,
     rollback_quietly,
 )
-from ..telemetry import instrument_unit_of_work
+from ..telemetry import closes_unit_of_work, opens_unit_of_work
 from .repository import AsyncRunRepository
 
 T = TypeVar("T")
@@ -59,7 +59,6 @@ async def run_to_the_end(
     return result
 
 
-@instrument_unit_of_work
 class AsyncUnitOfWork(UnitOfWorkState[AsyncEngine, AsyncRunRepository]):
     """One write transaction: `async with store.unit_of_work() as uow:` (see `UnitOfWork`).
 
@@ -96,6 +95,7 @@ class AsyncUnitOfWork(UnitOfWorkState[AsyncEngine, AsyncRunRepository]):
         )
         return self._session.sync_session
 
+    @opens_unit_of_work
     async def __aenter__(self) -> Self:
         if self._connection is not None:
             raise StoreUnavailableError("unit-of-work-not-reentrant")
@@ -130,6 +130,7 @@ class AsyncUnitOfWork(UnitOfWorkState[AsyncEngine, AsyncRunRepository]):
         self._connection = None
         await self._close(connection, transaction, commit=False)
 
+    @closes_unit_of_work
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,

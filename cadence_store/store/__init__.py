@@ -1,5 +1,6 @@
-"""The store layer: `RunStore`, its runner, the unit of work and their policies.
+"""The store layer: `RunStore`, its transactions, the unit of work and their policies.
 
-Each public call is described once (`calls`) and run by one `Runner` (the fast path or a
-unit of work, busy retries, failover re-runs, the kept connection); `async_store` proxies it.
+`RunStore`'s calls run through `Transactions` (the fast path or a unit of work, the kept
+connection) and the one retry loop (`retries`: busy retries, failover re-runs);
+`async_store` proxies it.
 """

@@ -144,7 +144,7 @@ class DirectWrites:
         self._lock = threading.Lock()
 
     def _checkout(self) -> _Checkout:
-        """A pooled connection and the statements on it (`run` takes the kept one, if
+        """A pooled connection and the statements on it (`write` takes the kept one, if
         there is one, itself). A connection's
         statements are made once in its life and kept in its `info`, which the pool
         clears when it replaces the connection: a host's pool lends its connections
@@ -182,7 +182,9 @@ class DirectWrites:
                 return
         kept[0][0].close()
 
-    def run(self, work: Callable[[RunRepository], T]) -> T:
+    def write(self, work: Callable[[RunRepository], T]) -> T:
+        """`work` in one transaction on a pooled connection (the kept one, if any),
+        committed, or rolled back when it fails."""
         kept = None
         if self._keeping:
             with self._lock:

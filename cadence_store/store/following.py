@@ -36,7 +36,7 @@ from ..storage.dialects import profile_of
 from ..storage.failures import READ, database_errors
 from ..storage.feed_statements import LISTEN_TO_FEED
 from ..storage.follower_names import FollowerNameHold
-from .runner import Runner
+from .transactions import Transactions
 
 DEFAULT_POLL_S: Final = 0.02
 FEED_BATCH: Final = 500  # items read per page while following
@@ -51,7 +51,7 @@ Stop = threading.Event | Callable[[], bool] | None
 
 
 def read_feed(
-    runner: Runner, *, after: int = 0, limit: int | None = None, run_id: str | None = None
+    runner: Transactions, *, after: int = 0, limit: int | None = None, run_id: str | None = None
 ) -> list[FeedItem]:
     """Committed events with a position above `after`, in feed order (`limit` of them
     at most; `run_id`: that run's only).
@@ -202,7 +202,7 @@ class _PollingWaker(_Waker):
 
 
 def follow(
-    runner: Runner,
+    runner: Transactions,
     *,
     after: int = 0,
     run_id: str | None = None,
@@ -219,7 +219,7 @@ def follow(
     return _follow(runner, position, run_id, require_poll_s(poll_s), stop_check(stop), follower)
 
 
-def start_position(runner: Runner, after: int, follower: str | None) -> int:
+def start_position(runner: Transactions, after: int, follower: str | None) -> int:
     """Where a follower starts: after `after`, or after `follower`'s recorded position
     if that is later. Read on the primary: a standby (`read_bind`) may lag behind the
     position that committed, and starting before it would hand the host items again."""
@@ -230,7 +230,7 @@ def start_position(runner: Runner, after: int, follower: str | None) -> int:
 
 
 def _follow(
-    runner: Runner,
+    runner: Transactions,
     position: int,
     run_id: str | None,
     poll_s: float,

@@ -3,33 +3,46 @@
 Mirrors every method of cadence 1.x's `RunStore`. It never runs DDL: a database that is
 not at the head revision is refused with `SchemaOutOfDateError`, which names the upgrade
 command (`RunStore.open`, the embedded owner-private store, upgrades its own file as
-cadence 1.x did). Each call is described once in `calls.py` and run by `runner.py`: on
-PostgreSQL a serialization failure or deadlock re-runs the whole transaction (bounded,
-with jitter) before it surfaces as `run-store-busy`, and a call whose connection was lost
-(a failover) is re-run as a whole with the same operation id until a primary answers or
-`failover_timeout_s` passes (`failover.py`). Reads go to `read_bind` (a standby) when one
-is given; writes and units of work to the primary.
+cadence 1.x did). Every call runs through `transactions.py` and its one retry loop
+(`retries.py`): on PostgreSQL a serialization failure or deadlock re-runs the whole
+transaction (bounded, with jitter) before it surfaces as `run-store-busy`, and a call
+whose connection was lost (a failover) is re-run as a whole with the same operation id
+until a primary answers or `failover_timeout_s` passes (`failover.py`). Reads go to
+`read_bind` (a standby) when one is given; writes and units of work to the primary.
+
+The methods whose signature is another's (the repository's reads and plain writes, the
+feed's, the host-code calls of `host_calls.py`) are generated from it, as source, in
+`run_store_calls.py` (`tools/generate_methods.py`, checked in CI).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Self
 
 from sqlalchemy import Engine
 from sqlalchemy import inspect as inspect_database
 from sqlalchemy.engine import URL
-from sqlalchemy.orm import Session
 
 from ..errors import (
     InvalidInputError,
     SchemaOutOfDateError,
     StoreFormatError,
 )
-from ..journal import OperationStatus, RunEvent
+from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection, js_stringify
 from ..journal.validation import require_clock, require_root_hash
-from ..repository.run_repository import Clock, ExpiryNeeded, RunRepository
+from ..journal.values import Transition
+from ..repository.leases import new_lease_token
+from ..repository.run_repository import (
+    COMMITTED,
+    INTERRUPTED,
+    TRANSITIONED,
+    Clock,
+    ExpiryNeeded,
+    RunRepository,
+)
 from ..storage.engine import (
     create_store_engine,
     enable_wal,
@@ -46,79 +59,23 @@ from ..storage.schema import (
     upgrade_command,
 )
 from ..storage.shape import assert_store_ready
-from ..telemetry import instrument
-from . import calls
+from ..telemetry import traced
 from .direct_write import lends_freely
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from .following import follow, read_feed
-from .forwarding import as_method
-from .runner import Runner
+from .host_calls import materialised
+from .retries import replaying
+from .run_store_calls import RunStoreCalls
 from .state_root import (
     StateRoot,
     create_database_file,
     prepare_state_root,
     secure_database_files,
 )
+from .transactions import Transactions
 from .unit_of_work import UnitOfWork
 
-Write = Callable[[Session], object]
 
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _writes(describe: Callable[P, calls.Call[R]]) -> Callable[Concatenate[RunStore, P], R]:
-    """A write of the store: the description's work on the primary, with its re-run."""
-
-    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        described = describe(*args, **kwargs)
-        runner = self._runner  # not the property: a frame less on every write
-        assert runner is not None  # set at the end of __init__
-        return runner.write(described.work, described.rerun)
-
-    as_method(call, describe, "RunStore")
-    return call
-
-
-def _hosts(describe: Callable[P, calls.HostCall[R]]) -> Callable[Concatenate[RunStore, P], R]:
-    """A write that runs host code: the description with its `write` called in the call's
-    transaction (retried and re-run as a whole)."""
-
-    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        described = describe(*args, **kwargs).synchronous()
-        return self.runner.write(described.work, described.rerun, host_code=True)
-
-    as_method(call, describe, "RunStore")
-    return call
-
-
-def _on_runner(
-    function: Callable[Concatenate[Runner, P], R],
-) -> Callable[Concatenate[RunStore, P], R]:
-    """A store call written over the store's runner (the feed's, `following.py`)."""
-
-    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return function(self.runner, *args, **kwargs)
-
-    as_method(call, function, "RunStore", replacing_first=True)
-    return call
-
-
-def _reads(
-    method: Callable[Concatenate[RunRepository, P], R],
-) -> Callable[Concatenate[RunStore, P], R]:
-    """A read of the store: the repository's method in one snapshot."""
-
-    def call(self: RunStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.runner.read(lambda runs: method(runs, *args, **kwargs))
-
-    as_method(call, method, "RunStore")
-    return call
-
-
-@instrument
-class RunStore:
+class RunStore(RunStoreCalls):
     """The run journal on one database (a URL, or a host's `Engine`)."""
 
     def __init__(
@@ -159,7 +116,7 @@ class RunStore:
             self._base_engine.execution_options(**options) if options else self._base_engine
         )
         self._read_engine: Engine | None = None
-        self._runner: Runner | None = None
+        self._transactions: Transactions | None = None
         try:
             if self.schema is not None and is_sqlite(self.engine):
                 raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
@@ -185,7 +142,7 @@ class RunStore:
         except BaseException:
             self._dispose()
             raise
-        self._runner = Runner(
+        self._transactions = Transactions(
             self._base_engine,
             self.engine,
             root_hash=self.root_hash,
@@ -204,10 +161,10 @@ class RunStore:
         return str(self.engine.dialect.name)
 
     @property
-    def runner(self) -> Runner:
-        """How this store's calls become transactions (`runner.py`)."""
-        assert self._runner is not None  # set at the end of __init__
-        return self._runner
+    def transactions(self) -> Transactions:
+        """How this store's calls become transactions (`transactions.py`)."""
+        assert self._transactions is not None  # set at the end of __init__
+        return self._transactions
 
     @classmethod
     def open(cls, root: StateRoot, *, clock: Clock | None = None) -> RunStore:
@@ -257,8 +214,8 @@ class RunStore:
     # -- lifecycle -------------------------------------------------------------------------
 
     def _dispose(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
+        if self._transactions is not None:
+            self._transactions.close()
         if self._owns_engine:
             self._base_engine.dispose()
         if self._owns_read_engine and self._read_engine is not None:
@@ -270,7 +227,7 @@ class RunStore:
             return
         self._closed = True
         if self._owns_engine:
-            self.runner.checkpoint()
+            self.transactions.checkpoint()
         self._dispose()
         if self.state_root is not None:
             secure_database_files(self.state_root.database_path)
@@ -288,64 +245,129 @@ class RunStore:
 
         It is the caller's: a lost connection is not re-run (the block may have effects
         outside the database); re-run the whole block with the same operation ids."""
-        return self.runner.unit_of_work()
+        return self.transactions.unit_of_work()
 
     def snapshot(self) -> AbstractContextManager[RunRepository]:
         """Several reads in one snapshot: `with store.snapshot() as runs: ...` (on
         `read_bind` when given; `runs` must not write)."""
-        return self.runner.reading()
+        return self.transactions.reading()
 
-    # -- runs and their journal: each call made of its description (`calls.py`) ----------
+    # -- runs and their journal -----------------------------------------------------------
 
-    start_run = _writes(calls.start_run)
-    bind_change = _writes(calls.bind_change)
-    bind_delivery = _writes(calls.bind_delivery)
-    bind_delivery_atomically = _hosts(calls.bind_delivery_atomically)
-    bind_deliveries_atomically = _hosts(calls.bind_deliveries_atomically)
-    transition = _writes(calls.transition)
-    transition_atomically = _hosts(calls.transition_atomically)
-    transition_many = _writes(calls.transition_many)
+    @traced
+    def transition(
+        self,
+        run_id: str,
+        to: str,
+        *,
+        operation_id: str,
+        code: str | None = None,
+        lease: OperationLease | Mapping[str, Any] | None = None,
+    ) -> RunProjection:
+        """Move a run to state `to` (one `state-transitioned` event) and return its
+        projection; `code`: the pause code of a pause. The same `operation_id` replays the
+        recorded outcome; `lease`: refused with `lease-fenced` unless it is the
+        operation's live lease.
+
+        Its attempts, each a write that lands only on the head it names, until one lands:
+
+        1. in the call's transaction (`RunRepository.transition_once`): after the head
+           this store's last commit left the run at, without reading the row
+           (`_transition_after` on the remembered head; no lease given); then after the
+           stored head, read under its lock (`_transition_after` again); then, with no
+           receipt of `operation_id` committed, its replay, or the event from the stored
+           head with the receipt upserted (or the refusal raised);
+        2. that transaction again, whole, while it loses a race (PostgreSQL);
+        3. after a lost connection, the call again, replaying first what the lost try may
+           have committed (`retries.call_with_retries`).
+        """
+
+        def work(runs: RunRepository) -> RunProjection:
+            projection, _ = runs.transition_once(
+                run_id, to, operation_id=operation_id, code=code, lease=lease
+            )
+            return projection
+
+        return self.transactions.write(work, replaying(TRANSITIONED, run_id, operation_id, work))
+
+    @traced
+    def transition_many(
+        self, requests: Iterable[Transition | Mapping[str, Any]]
+    ) -> list[RunProjection]:
+        """Several transitions, of one run or several, in one transaction; the projection
+        after each, in order (`RunRepository.transition_many_once`'s rules)."""
+        items = materialised(requests)
+        # a re-run replays what a first attempt committed (all of it, or nothing)
+        return self.transactions.write(lambda runs: runs.transition_many(items))
 
     # -- leases ------------------------------------------------------------------------------
 
-    acquire_lease = _writes(calls.acquire_lease)
-    renew_lease = _writes(calls.renew_lease)
-    assert_lease = _writes(calls.assert_lease)
-    commit_lease = _writes(calls.commit_lease)
-    interrupt_lease = _writes(calls.interrupt_lease)
-    recover_expired_leases = _writes(calls.recover_expired_leases)
+    @traced
+    def acquire_lease(
+        self,
+        run_id: str,
+        operation_id: str,
+        ttl_ms: int,
+        *,
+        preempt: bool = False,
+        exclusive: bool = False,
+    ) -> OperationLease:
+        """Grant a lease on `operation_id` for `ttl_ms` milliseconds (with a new fence):
+        see `RunRepository.acquire_lease`."""
+        # The token is picked once per call: every attempt (a retry, a re-run after a lost
+        # connection) asks for the same grant, so a re-run finds the lease its first took.
+        token = new_lease_token()
+        return self.transactions.write(
+            lambda runs: runs.acquire_lease(
+                run_id,
+                operation_id,
+                ttl_ms,
+                preempt=preempt,
+                exclusive=exclusive,
+                lease_token=token,
+            )
+        )
 
+    @traced
+    def commit_lease(
+        self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Finish a live lease with its recorded `outcome` (returned as stored)."""
+
+        def rerun(runs: RunRepository) -> dict[str, Any]:
+            if runs.finished_lease(lease, COMMITTED, outcome):
+                recorded: dict[str, Any] = json.loads(js_stringify(outcome))
+                return recorded
+            return runs.commit_lease(lease, outcome)
+
+        return self.transactions.write(lambda runs: runs.commit_lease(lease, outcome), rerun)
+
+    @traced
+    def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
+        """Give a live lease up; the operation may be acquired again."""
+
+        def rerun(runs: RunRepository) -> None:
+            if not runs.finished_lease(lease, INTERRUPTED):
+                runs.interrupt_lease(lease)
+
+        return self.transactions.write(lambda runs: runs.interrupt_lease(lease), rerun)
+
+    @traced
     def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
         """The state of an operation (None if unknown); an expired lease is marked
         interrupted first (on the primary)."""
         if self._read_engine is not None:
             try:
-                return self.runner.read(
+                return self.transactions.read(
                     lambda runs: runs.inspect_operation(run_id, operation_id, expire=False)
                 )
             except ExpiryNeeded:
                 pass  # an expired lease is marked interrupted: that is a write
-        return self.runner.write(lambda runs: runs.inspect_operation(run_id, operation_id))
+        return self.transactions.write(lambda runs: runs.inspect_operation(run_id, operation_id))
 
-    # -- reading: the repository's reads, each in one snapshot (on `read_bind` if given) ----
-
-    status = _reads(RunRepository.status)
-    list_events = _reads(RunRepository.list_events)
-    rebuild_projection = _reads(RunRepository.rebuild_projection)
-    verify_integrity = _reads(RunRepository.verify_integrity)
-    run_ids = _reads(RunRepository.run_ids)
-    list_runs = _reads(RunRepository.list_runs)
-    run_detail = _reads(RunRepository.run_detail)
-    counts = _reads(RunRepository.counts)
+    # -- reading ----------------------------------------------------------------------------
 
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         """The run's events, streamed in batches from one snapshot."""
-        with self.runner.reading() as runs:
+        with self.transactions.reading() as runs:
             yield from runs.iter_events(run_id)
-
-    # -- the journal feed (README "Following the journal", `following.py`) -----------------
-
-    follower_position = _reads(RunRepository.follower_position)
-
-    read_feed = _on_runner(read_feed)
-    follow = _on_runner(follow)

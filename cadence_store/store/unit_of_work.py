@@ -34,7 +34,7 @@ from ..storage.failures import (
 )
 from ..storage.schema import require_schema_name
 from ..storage.shape import assert_store_ready
-from ..telemetry import instrument_unit_of_work
+from ..telemetry import closes_unit_of_work, opens_unit_of_work
 
 EngineT = TypeVar("EngineT", bound=Any)  # an Engine or an AsyncEngine
 RunsT = TypeVar("RunsT")
@@ -152,7 +152,6 @@ class UnitOfWorkState(Generic[EngineT, RunsT]):
         return self._runs
 
 
-@instrument_unit_of_work
 class UnitOfWork(UnitOfWorkState[Engine, RunRepository]):
     """One transaction for journal calls (`uow.runs`) and a host's rows (`uow.session`).
 
@@ -166,6 +165,7 @@ class UnitOfWork(UnitOfWorkState[Engine, RunRepository]):
         """A `Session` joined to this transaction (made on first use)."""
         return self._open_transaction().session
 
+    @opens_unit_of_work
     def __enter__(self) -> Self:
         if self._connection is not None:
             raise StoreUnavailableError("unit-of-work-not-reentrant")
@@ -182,6 +182,7 @@ class UnitOfWork(UnitOfWorkState[Engine, RunRepository]):
         self._runs = RunRepository(transaction, root_hash=self._root_hash, clock=self._clock)
         return self
 
+    @closes_unit_of_work
     def __exit__(self, _type: object, exc: BaseException | None, _traceback: object) -> None:
         connection, transaction = self._connection, self._transaction
         assert connection is not None and transaction is not None

@@ -176,7 +176,7 @@ REPOSITORY_CALLS: dict[str, tuple[str, Invoke]] = {
     "bind_deliveries_once": (WRITE_FAILED, _bind_deliveries),
     "transition_once": (WRITE_FAILED, _call("RUN", "paused", operation_id="pause-1")),
     "transition_many_once": (WRITE_FAILED, _transition_many),
-    "run": (READ_FAILED, _run_work),  # the failure of the work's own read
+    "run_sync": (READ_FAILED, _run_work),  # the failure of the work's own read
     "record_position": (WRITE_FAILED, _call("walker", 1)),
 }
 # validation only, and the constructor of units of work

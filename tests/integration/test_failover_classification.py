@@ -1,5 +1,5 @@
 """Which failures `RunStore` re-runs across a failover (`failures.is_connection_lost`),
-and the re-run loop's timeout (`failover.Failover`).
+and the re-run loop's timeout (`failover.Failover` in `retries.call_with_retries`).
 
 The driver errors are real: a backend terminated with `pg_terminate_backend`, a
 read-only transaction, a refused connection, constraint violations and a serialization
@@ -12,6 +12,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -29,6 +30,7 @@ from cadence_store import (
 )
 from cadence_store.storage.failures import is_connection_lost, sqlstate, translate_database_error
 from cadence_store.store.failover import MAX_DELAY_S, Failover
+from cadence_store.store.retries import call_with_retries
 
 pytestmark = pytest.mark.postgres
 
@@ -198,6 +200,13 @@ def _refused_attempt(attempts: list[bool]) -> object:
     return attempt
 
 
+def _through_the_loop(failover: Failover, attempt: Any) -> object:
+    """`attempt(again)` as the retry loop runs a call (`again`: True on a re-run)."""
+    return call_with_retries(
+        failover, lambda work: work(None), lambda _: attempt(False), lambda _: attempt(True)
+    )
+
+
 def test_the_timeout_is_honoured(caplog: pytest.LogCaptureFixture) -> None:
     clock, attempts = FakeTime(), []
     failover = Failover(
@@ -210,7 +219,7 @@ def test_the_timeout_is_honoured(caplog: pytest.LogCaptureFixture) -> None:
         caplog.at_level(logging.WARNING, logger="cadence_store"),
         pytest.raises(StoreUnavailableError) as caught,
     ):
-        failover.run(_refused_attempt(attempts))  # type: ignore[arg-type]
+        _through_the_loop(failover, _refused_attempt(attempts))
     assert caught.value.code == "run-store-unavailable"
     assert "outcome of the call is unknown" in str(caught.value)
     assert "same operation id" in str(caught.value)
@@ -228,7 +237,7 @@ def test_a_zero_timeout_turns_re_running_off() -> None:
     clock, attempts = FakeTime(), []
     failover = Failover(0, database="x", monotonic=clock.monotonic, sleep=clock.sleep)
     with pytest.raises(StoreUnavailableError) as caught:
-        failover.run(_refused_attempt(attempts))  # type: ignore[arg-type]
+        _through_the_loop(failover, _refused_attempt(attempts))
     assert attempts == [False] and clock.sleeps == []
     assert "outcome" not in str(caught.value)  # the driver's failure, as before
 
@@ -242,7 +251,7 @@ def test_a_coded_failure_is_raised_at_once() -> None:
 
     failover = Failover(30, database="x", monotonic=clock.monotonic, sleep=clock.sleep)
     with pytest.raises(LeaseFencedError):
-        failover.run(attempt)
+        _through_the_loop(failover, attempt)
     assert attempts == [False] and clock.sleeps == []
 
 
@@ -273,9 +282,9 @@ def test_without_a_watchdog_an_attempt_past_the_deadline_is_told_by_the_clock() 
         return attempt
 
     with pytest.raises(StoreBusyError):
-        failover.run(attempt_taking(1.0))  # type: ignore[arg-type]
+        _through_the_loop(failover, attempt_taking(1.0))
     with pytest.raises(StoreUnavailableError) as caught:
-        failover.run(attempt_taking(6.0))  # type: ignore[arg-type]
+        _through_the_loop(failover, attempt_taking(6.0))
     assert caught.value.code == "run-store-unavailable"
     assert isinstance(caught.value.__cause__, StoreBusyError)
     assert clock.sleeps == []

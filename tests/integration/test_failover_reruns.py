@@ -122,7 +122,7 @@ def test_a_host_engines_first_try_hands_a_lost_connection_to_the_re_runs(
     warnings: Callable[[], list[str]],
     failover_timeout_s: float,
 ) -> None:
-    """On a host's engine the first try runs without the failover loop (`Runner.write`);
+    """On a host's engine no watchdog bounds the first try (`retries.call_with_retries`);
     a lost connection is re-run from there, within the budget counted from the call's
     start, as on the store's own engine."""
     host = create_engine(proxied_url)

@@ -1,6 +1,6 @@
-"""A `RunStore` write's first try runs without the retry and failover loops where no
-watchdog bounds it (`Runner.write`: SQLite, a host's engine); when it fails, the loops
-take over at the step they would have reached. A host's engine is the way to that path
+"""A `RunStore` write's first try is the retry loop's first turn (`retries.call_with_retries`;
+on SQLite and a host's engine no watchdog bounds it); when it fails, the loop goes on at
+the step the failure calls for. A host's engine is the way to that path
 on both engines, so these tests go through one."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, func, select
 from support import ROOT_HASH
 
-import cadence_store.store.runner as runner_module
+import cadence_store.store.retries as retries_module
 from cadence_store import RunStore, StoreBusyError, upgrade
 from cadence_store.storage.models import events, runs
 
@@ -27,7 +27,7 @@ def _events_of(engine: Engine, run_id: str) -> int:
 def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The waits between a call's tries, recorded instead of slept."""
     waited: list[float] = []
-    monkeypatch.setattr(runner_module, "pause", waited.append)
+    monkeypatch.setattr(retries_module, "pause", waited.append)
     return waited
 
 
@@ -52,7 +52,7 @@ def test_a_race_lost_on_the_first_try_is_retried_whole_and_applied_once(
                 waited.append(seconds)
                 holder.rollback()  # the other transaction ends: the next try finds the row free
 
-            monkeypatch.setattr(runner_module, "pause", pause)
+            monkeypatch.setattr(retries_module, "pause", pause)
             moved = store.transition(run.run_id, "paused", operation_id="t1", code="wait")
         assert len(waited) == 1 and 0 <= waited[0] <= 0.004  # the first retry's jitter
         assert (moved.state, moved.sequence) == ("paused", 2)

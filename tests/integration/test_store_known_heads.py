@@ -95,7 +95,7 @@ def test_a_run_store_sends_no_head_read_for_a_head_it_wrote(store, store_url):
     if not store_url.startswith("sqlite"):
         pytest.skip("the statement trace is sqlite3's")
     run = store.start_run("abel-implement", change="traced", operation_id="s1")
-    store.runner.release_kept()  # the next write checks a connection out (and traces it)
+    store.transactions.release_kept()  # the next write checks a connection out (and traces it)
     sent: list[str] = []
     event.listen(store.engine, "checkout", lambda dbapi, *_: dbapi.set_trace_callback(sent.append))
     store.transition(run.run_id, "paused", operation_id="t1")

@@ -196,7 +196,7 @@ def test_a_downgrade_through_the_engine_stops_the_next_direct_write(store_url):
         with RunStore(host_engine, root_hash=ROOT_HASH) as hosted:
             run = hosted.start_run("abel-implement", change="downgraded", operation_id="s1")
             hosted.transition(run.run_id, "paused", operation_id="t1")  # the direct path
-            assert hosted.runner._direct is not None and hosted.runner._direct.ready()
+            assert hosted.transactions._direct is not None and hosted.transactions._direct.ready()
             downgrade(host_engine, "-1")
             with pytest.raises(SchemaOutOfDateError) as refused:
                 hosted.transition(run.run_id, "paused", operation_id="t2")

@@ -2,7 +2,7 @@
 
 Layers, bottom up: `errors`; the pure `journal` and `telemetry`; `storage` (tables,
 statements, dialects, schema, engines); `repository` (the rules over one transaction);
-`store` (the runner, its policies, the unit of work); `async_store` and `transfer` (built
+`store` (transactions, the retry loop, the unit of work); `async_store` and `transfer` (built
 on the store); `parallel_verify` (stores and export files across processes); then the
 entry points `cli`, `testing` and the package itself.
 """
@@ -216,4 +216,4 @@ def test_the_reach_in_scan_finds_one() -> None:
 
 def test_the_layer_scan_resolves_relative_imports() -> None:
     targets = {target for target, _, _ in _imports("store.run_store")}
-    assert "store.runner" in targets and "storage.engine" in targets
+    assert "store.transactions" in targets and "storage.engine" in targets
