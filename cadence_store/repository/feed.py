@@ -24,6 +24,7 @@ from ..storage.feed_statements import (
     FEED_PAGE_OF_RUN,
     FEED_UNNUMBERED,
     FOLLOWER_POSITION,
+    NEWEST_FEED,
     NUMBER_FEED,
     RECORD_POSITION,
 )
@@ -66,6 +67,14 @@ class RunFeed(RepositoryCore):
             if len(rows) < wanted or (limit is not None and len(items) >= limit):
                 return items
             after = max(row.position for row in rows)  # the page's last
+
+    @coded(READ)
+    def newest_feed(self, limit: int) -> list[FeedItem]:
+        """The `limit` newest numbered feed items, newest first. It numbers nothing, so it
+        writes nothing (a read snapshot, a standby): items still waiting for their
+        position (PostgreSQL, until a reader numbers them) are not among them yet."""
+        rows = self._read_statements().all(NEWEST_FEED, limit=require_feed_limit(limit))
+        return [_item(row) for row in rows]
 
     @coded(READ)
     def feed_unnumbered(self) -> bool:
