@@ -15,12 +15,13 @@ from .group import main, opened, url_option
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
-    """The bound socket (bound here, so that `--port 0` can say which port it got)."""
+    """The listening socket (bound here, so that `--port 0` can say which port it got)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
+        listener.listen(128)  # a browser opened on the printed address waits, not refused
     except OSError as error:
         listener.close()
         raise InvalidInputError(
@@ -55,11 +56,12 @@ def serve(host: str, port: int, url: str | None) -> None:
         listener = _listening_socket(host, port)
         bound_host, bound_port = listener.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        click.echo(
-            f"cadence-store web view listening on http://{shown}:{bound_port}/ (Ctrl-C stops it)"
-        )
+        click.echo(f"cadence-store web view listening on http://{shown}:{bound_port}/")
+        click.echo("Ctrl-C stops it")
         config = uvicorn.Config(create_app(store), log_level="warning", access_log=False)
         try:
             uvicorn.Server(config).run(sockets=[listener])
+        except KeyboardInterrupt:
+            pass  # uvicorn stops cleanly, then raises the Ctrl-C again: stopping is the end
         finally:
             listener.close()
