@@ -22,7 +22,7 @@ def bar_chart(title: str, bars: Sequence[tuple[str, int]], *, label_every: int =
     if not bars:
         return Markup("")
     tallest = max(value for _, value in bars) or 1
-    step = WIDTH / len(bars)
+    step = min(WIDTH / len(bars), 48.0)  # a few bars stay bars, not blocks
     height = BAR_AREA + LABEL_SPACE
     parts = [
         f'<svg class="chart" role="img" viewBox="0 0 {WIDTH} {height}" '

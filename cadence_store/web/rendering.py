@@ -32,10 +32,23 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
+def mount_path(request: Request) -> str:
+    """Where a host mounted the app (`""` at the root): the pages' links start there."""
+    root: str = request.scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def route_path(request: Request) -> str:
+    """The request's path inside the app (without the host's mount path)."""
+    path = request.url.path
+    root = mount_path(request)
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 def html_page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
     """`template` rendered with `context`, the request and its script nonce."""
     html = TEMPLATES.get_template(template).render(
-        request=request, nonce=request.state.nonce, **context
+        request=request, nonce=request.state.nonce, base=mount_path(request), **context
     )
     return Response(_utf8(html), status_code=status_code, media_type="text/html; charset=utf-8")
 
@@ -51,7 +64,7 @@ def json_response(value: Any, status: int = 200) -> Response:
 
 def wants_json(request: Request) -> bool:
     """Whether the path is one of the JSON routes (`/api/...`, `/healthz`)."""
-    path = request.url.path
+    path = route_path(request)
     return path.startswith("/api/") or path == "/healthz"
 
 
