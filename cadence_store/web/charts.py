@@ -50,8 +50,10 @@ def runs_per_state(by_state: dict[str, int]) -> Markup:
     return bar_chart("runs per state", sorted(by_state.items()))
 
 
-def events_per_hour(hours: dict[int, int], *, last: int = 72) -> Markup:
+def events_per_hour(
+    hours: dict[int, int], *, last: int = 72, title: str = "events per hour"
+) -> Markup:
     """Events per hour over the `last` hours that have events (hour starts in ms)."""
     shown = sorted(hours.items())[-last:]
     bars = [(format_time(start)[:13] + "h", count) for start, count in shown]
-    return bar_chart("events per hour", bars, label_every=max(1, len(bars) // 6))
+    return bar_chart(title, bars, label_every=max(1, len(bars) // 6))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 from urllib.parse import urlencode
 
@@ -95,8 +96,8 @@ class Verification:
 
 @dataclass(frozen=True)
 class RunPage:
-    """One run: its detail, one page of its events, the verification and the events
-    per hour of the whole run."""
+    """One run: its detail, one page of its events, the verification and the state
+    changes per hour of the whole run."""
 
     detail: RunDetail
     events: list[RunEvent]
@@ -165,20 +166,20 @@ def read_run_page(store: RunStore, run_id: str, event_page: int = 1) -> RunPage:
     first = (event_page - 1) * EVENTS_PER_PAGE
     with store.snapshot() as runs:
         detail = runs.run_detail(run_id)
-        shown: list[RunEvent] = []
-        per_hour: Counter[int] = Counter()
-        total = 0
-        # one pass: the page's events kept, every event counted in its hour
-        for total, event in enumerate(runs.iter_events(run_id), start=1):
-            if first < total <= first + EVENTS_PER_PAGE:
-                shown.append(event)
-            if event.recorded_at is not None:
-                per_hour[event.recorded_at // HOUR_MS * HOUR_MS] += 1
+        pages = max(1, -(-detail.projection.sequence // EVENTS_PER_PAGE))
+        if event_page > pages:
+            raise InvalidInputError("invalid-event-page", f"the run has {pages} pages of events")
+        # the events stream in sequence order: read up to the page's last, keep the page
+        shown = list(islice(runs.iter_events(run_id), first, first + EVENTS_PER_PAGE))
         verification = verification_of(runs, run_id)
         checkpoint = covering_checkpoint(runs, run_id)
-    pages = max(1, -(-total // EVENTS_PER_PAGE))
-    if event_page > pages:
-        raise InvalidInputError("invalid-event-page", f"the run has {pages} pages of events")
+    # the chart counts the events that set the state (the timeline has them all, with
+    # their times), without reading every event a second time
+    per_hour = Counter(
+        entry.recorded_at // HOUR_MS * HOUR_MS
+        for entry in detail.timeline
+        if entry.recorded_at is not None
+    )
     return RunPage(
         detail=detail,
         events=shown,
