@@ -10,7 +10,7 @@ from starlette.responses import Response
 from ..errors import CadenceStoreError
 from ..storage.failures import READ, database_errors
 from ..storage.schema import assert_at_head
-from .pages import store_of
+from .pages import counts_of, store_of
 from .reads import (
     RunFilters,
     event_page_number,
@@ -22,7 +22,9 @@ from .rendering import json_response
 
 def runs(request: Request) -> Response:
     """`/api/runs`: what `/` shows, with the same query parameters."""
-    page = read_runs_page(store_of(request), RunFilters.from_query(request.query_params))
+    page = read_runs_page(
+        store_of(request), RunFilters.from_query(request.query_params), counts_of(request)
+    )
     return json_response(
         {
             "runs": [run.to_dict() for run in page.runs],
@@ -30,6 +32,7 @@ def runs(request: Request) -> Response:
             if page.next_after is None
             else page.filters.query(after=page.next_after, back=page.filters.after),
             "counts": page.counts.to_dict(),
+            "countedAt": page.counted_at,
         }
     )
 

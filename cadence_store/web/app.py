@@ -18,6 +18,7 @@ from starlette.routing import Route
 from ..errors import CadenceStoreError, InvalidInputError, RunNotFoundError, StoreUnavailableError
 from ..store.run_store import RunStore
 from . import api, pages
+from .reads import COUNTS_MAX_AGE_S, CountsCache
 from .rendering import error_response
 
 logger = logging.getLogger(__name__)
@@ -88,9 +89,12 @@ async def _http_error(request: Request, error: Exception) -> Response:
     return error_response(request, error.status_code, code, str(error.detail))
 
 
-def create_app(store: RunStore, *, auth: Auth | None = None) -> Starlette:
+def create_app(
+    store: RunStore, *, auth: Auth | None = None, counts_max_age_s: float = COUNTS_MAX_AGE_S
+) -> Starlette:
     """The read-only web view of `store` as an ASGI app. `auth`: the host's check of a
-    request (True lets it read; False answers 403)."""
+    request (True lets it read; False answers 403). `counts_max_age_s`: how long the runs
+    list shows the same counts before it counts again (0: on every page)."""
     routes = [
         Route("/", pages.runs_page, methods=["GET"]),
         Route("/runs/{run_id:path}", pages.run_page, methods=["GET"]),
@@ -105,4 +109,5 @@ def create_app(store: RunStore, *, auth: Auth | None = None) -> Starlette:
         exception_handlers={CadenceStoreError: _coded_error, HTTPException: _http_error},
     )
     app.state.store = store
+    app.state.counts = CountsCache(counts_max_age_s)
     return app

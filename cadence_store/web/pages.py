@@ -9,6 +9,7 @@ from ..journal.vocabulary import RUN_STATE_NAMES, STAGE_NAMES
 from ..store.run_store import RunStore
 from .reads import (
     EVENTS_PER_PAGE,
+    CountsCache,
     RunFilters,
     event_page_number,
     feed_per_hour,
@@ -25,9 +26,17 @@ def store_of(request: Request) -> RunStore:
     return store
 
 
+def counts_of(request: Request) -> CountsCache:
+    """The app's cache of the store's counts."""
+    counts: CountsCache = request.app.state.counts
+    return counts
+
+
 def runs_page(request: Request) -> Response:
     """`/`: runs, filtered, 50 a page, with the counts by state."""
-    page = read_runs_page(store_of(request), RunFilters.from_query(request.query_params))
+    page = read_runs_page(
+        store_of(request), RunFilters.from_query(request.query_params), counts_of(request)
+    )
     return html_page(
         request,
         "runs.html",

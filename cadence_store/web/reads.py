@@ -4,6 +4,8 @@ on its `read_bind` when it has one): the data the HTML pages and their JSON twin
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ RUNS_PER_PAGE = 50
 EVENTS_PER_PAGE = 1000
 FEED_ITEMS = 100
 HOUR_MS = 3_600_000
+COUNTS_MAX_AGE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class RunsPage:
     runs: list[RunProjection]
     next_after: str | None
     counts: StoreCounts
+    counted_at: int  # ms: when `counts` were read (they are kept `COUNTS_MAX_AGE_S`)
 
 
 @dataclass(frozen=True)
@@ -128,16 +132,37 @@ def _page_of_runs(runs: RunRepository, filters: RunFilters) -> tuple[list[RunPro
     return matching[:RUNS_PER_PAGE], len(matching) > RUNS_PER_PAGE
 
 
-def read_runs_page(store: RunStore, filters: RunFilters) -> RunsPage:
+class CountsCache:
+    """The store's counts, read again once they are `max_age_s` old: counting every
+    event of a large store takes seconds, and the list shows the counts on every page
+    (with the time they were read)."""
+
+    def __init__(self, max_age_s: float = COUNTS_MAX_AGE_S) -> None:
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._read: tuple[float, int, StoreCounts] | None = None
+
+    def get(self, runs: RunRepository) -> tuple[StoreCounts, int]:
+        """The counts and when they were read (ms), read in `runs` when too old."""
+        with self._lock:
+            read = self._read
+            if read is None or time.monotonic() - read[0] >= self.max_age_s:
+                read = (time.monotonic(), int(time.time() * 1000), runs.counts())
+                self._read = read
+            return read[2], read[1]
+
+
+def read_runs_page(store: RunStore, filters: RunFilters, counts: CountsCache) -> RunsPage:
     """A page of the runs that match `filters`, with the counts by state."""
     with store.snapshot() as runs:
         found, more = _page_of_runs(runs, filters)
-        counts = runs.counts()
+        store_counts, counted_at = counts.get(runs)
     return RunsPage(
         filters=filters,
         runs=found,
         next_after=found[-1].run_id if more and found else None,
-        counts=counts,
+        counts=store_counts,
+        counted_at=counted_at,
     )
 
 
@@ -208,7 +233,9 @@ def feed_per_hour(items: list[FeedItem]) -> dict[int, int]:
 
 
 __all__ = [
+    "COUNTS_MAX_AGE_S",
     "EVENTS_PER_PAGE",
+    "CountsCache",
     "RUNS_PER_PAGE",
     "RunFilters",
     "RunPage",

@@ -189,3 +189,17 @@ def test_health_and_feed(client: TestClient, run_store: RunStore) -> None:
     feed = client.get("/feed")
     assert f'href="/runs/{run_id}"' in feed.text
     assert json.loads(client.get("/api/runs").text)["runs"][0]["runId"] == run_id
+
+
+def test_the_counts_are_kept_for_their_max_age(run_store: RunStore) -> None:
+    plain_runs(run_store, 2)
+    with (
+        TestClient(create_app(run_store)) as kept,
+        TestClient(create_app(run_store, counts_max_age_s=0)) as fresh,
+    ):
+        assert kept.get("/api/runs").json()["counts"]["runs"] == 2
+        assert fresh.get("/api/runs").json()["counts"]["runs"] == 2
+        plain_runs(run_store, 1, change="later")
+        assert kept.get("/api/runs").json()["counts"]["runs"] == 2  # read under 30 s ago
+        assert fresh.get("/api/runs").json()["counts"]["runs"] == 3
+        assert len(kept.get("/api/runs").json()["runs"]) == 3  # the listing is never kept
