@@ -232,10 +232,13 @@ def main() -> None:
         with store_of(engine, arguments.runs, arguments.cache) as (url, long_run):
             store = RunStore(url)
             try:
+                started = time.perf_counter()
                 counts = store.counts()
+                counts_ms = round((time.perf_counter() - started) * 1000, 1)
                 results["engines"][engine] = {
                     "runs": counts.runs,
                     "events": counts.events,
+                    "counts_ms": counts_ms,
                     "pages": {},
                 }
                 with TestClient(create_app(store)) as client:
