@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 from ..errors import InvalidInputError, JournalIntegrityError
 from ..journal import RunEvent, RunProjection
 from ..journal.feed import FeedItem
-from ..journal.views import RunDetail, StoreCounts
+from ..journal.views import OperationRecord, RunDetail, StoreCounts
+from ..journal.vocabulary import OperationKind
 from ..repository.run_repository import RunRepository
 from ..store.run_store import RunStore
 from .checkpoints import CoveringCheckpoint, covering_checkpoint
@@ -27,6 +28,7 @@ EVENTS_PER_PAGE = 1000
 FEED_ITEMS = 100
 HOUR_MS = 3_600_000
 COUNTS_MAX_AGE_S = 30.0
+RECEIPTS_SHOWN = 100  # a run's page lists its leases and this many receipts (JSON: all)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,20 @@ class RunPage:
     verification: Verification
     checkpoint: CoveringCheckpoint | None
     events_per_hour: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def operations_shown(self) -> list[OperationRecord]:
+        """Every lease, and the first `RECEIPTS_SHOWN` idempotency receipts (a receipt
+        per call: a long run has thousands, each holding a projection)."""
+        operations = self.detail.operations
+        leases = [op for op in operations if op.kind == OperationKind.LEASE]
+        receipts = [op for op in operations if op.kind != OperationKind.LEASE]
+        return leases + receipts[:RECEIPTS_SHOWN]
+
+    @property
+    def operations_left_out(self) -> int:
+        """How many receipts `operations_shown` leaves to the JSON twin."""
+        return len(self.detail.operations) - len(self.operations_shown)
 
 
 def _page_of_runs(runs: RunRepository, filters: RunFilters) -> tuple[list[RunProjection], bool]:
