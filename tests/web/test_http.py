@@ -170,6 +170,9 @@ def test_a_long_run_pages_its_timeline(client: TestClient, run_store: RunStore) 
     page = client.get(f"/runs/{run.run_id}?events=2")
     assert page.text.count('class="mono recorded-at"') == 4
     assert 'href="?events=1"' in page.text
+    # a receipt per call: the page lists 100 of them, the JSON twin every one
+    assert 'id="operations-left-out"' in page.text
+    assert len(second["run"]["operations"]) == 1004
 
 
 def test_a_broken_chain_shows_broken(client: TestClient, run_store: RunStore, db: Engine) -> None:
