@@ -38,8 +38,8 @@ def bar_chart(title: str, bars: Sequence[tuple[str, int]], *, label_every: int =
         )
         if index % label_every == 0:
             parts.append(
-                f'<text x="{round(index * step + step / 2, 1)}" y="{BAR_AREA + 14}" '
-                f'font-size="11" text-anchor="middle">{escape(label)}</text>'
+                f'<text x="{x}" y="{BAR_AREA + 14}" '
+                f'font-size="11" text-anchor="start">{escape(label)}</text>'
             )
     parts.append("</svg>")
     return Markup("".join(parts))
