@@ -14,7 +14,8 @@ This package is a face over the public API: one module per command group, no tab
 models and no SQL (tests/cli/test_read_commands.py scans it).
 """
 
-from . import demo, follow, inspect, lease, operate, transfer, verify  # the commands register
+# the commands register
+from . import demo, follow, inspect, lease, operate, serve, transfer, verify
 from .group import main
 
-__all__ = ["demo", "follow", "inspect", "lease", "main", "operate", "transfer", "verify"]
+__all__ = ["demo", "follow", "inspect", "lease", "main", "operate", "serve", "transfer", "verify"]

@@ -27,6 +27,7 @@ from ..storage.feed_statements import (
     FEED_PAGE_OF_RUN,
     FEED_UNNUMBERED,
     FOLLOWER_POSITION,
+    NEWEST_FEED,
     NUMBER_FEED,
     REWIND_POSITION,
 )
@@ -68,6 +69,11 @@ class RunFeed:
             if len(rows) < wanted or (limit is not None and len(items) >= limit):
                 return items
             after = max(row.position for row in rows)  # the page's last
+
+    def newest_feed(self, limit: int) -> list[FeedItem]:
+        """The `limit` newest numbered feed items, newest first (numbers nothing)."""
+        rows = self._access.read_statements().all(NEWEST_FEED, limit=require_feed_limit(limit))
+        return [_item(row) for row in rows]
 
     def feed_unnumbered(self) -> UnnumberedRow | None:
         """None when every event has a feed position; else who may number them."""

@@ -458,6 +458,13 @@ class RunRepository:
         return self._feed.number_feed()
 
     @coded(READ)
+    def newest_feed(self, limit: int) -> list[FeedItem]:
+        """The `limit` newest numbered feed items, newest first. It numbers nothing, so it
+        writes nothing (a read snapshot, a standby): items still waiting for their
+        position are not among them yet."""
+        return self._feed.newest_feed(limit)
+
+    @coded(READ)
     def follower_position(self, follower: str) -> int:
         """The position `follower` recorded last (`record_position`), 0 if none."""
         return self._feed.follower_position(follower)

@@ -178,6 +178,17 @@ FEED_LOCK_IF_UNNUMBERED: Final = Query(
 NUMBER_FEED: Final = Write("number_feed", lambda _: _number_unnumbered())
 FEED_PAGE: Final = Query("feed_page", lambda _: _feed_page(of_run=False), FeedRow)
 FEED_PAGE_OF_RUN: Final = Query("feed_page_of_run", lambda _: _feed_page(of_run=True), FeedRow)
+# the last numbered items, newest first: a reader's window that numbers nothing
+NEWEST_FEED: Final = Query(
+    "newest_feed",
+    lambda _: (
+        select(events.c.feed_position, events.c.run_id, *EVENT_COLUMNS)
+        .where(events.c.feed_position.is_not(None))
+        .order_by(events.c.feed_position.desc())
+        .limit(bindparam("limit"))
+    ),
+    FeedRow,
+)
 FOLLOWER_POSITION: Final = Query(
     "follower_position",
     lambda _: select(follower_positions.c.position).where(

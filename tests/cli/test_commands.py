@@ -38,6 +38,7 @@ COMMANDS = [
     ["lease", "status"],
     ["demo"],
     ["follow"],
+    ["serve"],
 ]
 
 RECEIPT = "a" * 64

@@ -3,8 +3,9 @@
 Layers, bottom up: `errors`; the pure `journal` and `telemetry`; `storage` (tables,
 statements, dialects, schema, engines); `repository` (the rules over one transaction);
 `store` (transactions, the retry loop, the unit of work); `async_store` and `transfer` (built
-on the store); `parallel_verify` (stores and export files across processes); then the
-entry points `cli`, `testing` and the package itself.
+on the store); `parallel_verify` (stores and export files across processes); then the web
+view `web` and the entry points `testing`, `cli` (whose `serve` runs `web`) and the
+package itself.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ LAYERS: dict[str, int] = {
     "async_store": 5,
     "transfer": 5,
     "parallel_verify": 6,
-    "cli": 7,
+    "web": 7,
     "testing": 7,
-    "__init__": 8,
-    "__main__": 9,
+    "cli": 8,
+    "__init__": 9,
+    "__main__": 10,
 }
 # Private names of other libraries' objects that are their documented API.
 DOCUMENTED = {"_mapping", "_replace", "_fields", "_asdict"}
