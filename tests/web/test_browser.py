@@ -36,9 +36,10 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium for the module: while Playwright's sync API runs, its event
+    loop is the thread's running loop, so it must end before other modules call asyncio.run."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as error:
