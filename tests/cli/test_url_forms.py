@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -381,6 +382,40 @@ def _follow(call: Call) -> None:
     assert (first["runId"], first["event"]["sequence"]) == (call.seeded.run_id, 1)
     assert process.returncode == 0, err
     assert SECRET not in line + out + err
+
+
+@check("serve")
+def _serve(call: Call) -> None:
+    # serve runs until interrupted: a child process, the line saying where it listens,
+    # the run's JSON twin read over HTTP, then Ctrl-C
+    command = [sys.executable, "-m", "cadence_store", "serve", "--port", "0"]
+    process = subprocess.Popen(
+        [*command, "--url", call.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**CHILD_ENV, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        line = ""
+        while "listening on http://" not in line:
+            line = process.stdout.readline()
+            if not line:
+                break
+        assert "listening on http://" in line, process.stderr.read() if process.stderr else ""
+        base = line.split("listening on ", 1)[1].strip().rstrip("/")
+        address = f"{base}/api/runs/{call.seeded.run_id}"
+        with urllib.request.urlopen(address, timeout=TIMEOUT_S) as response:
+            body = response.read().decode()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert call.seeded.run_id in body
+    assert process.returncode == 0, err
+    assert SECRET not in line + out + err + body
 
 
 @pytest.mark.parametrize("command", COMMANDS)
