@@ -129,6 +129,7 @@ CALLS: dict[str, Call] = {
     "record_position": lambda t: (("walker", 1), {}),
     "feed_unnumbered": lambda t: ((), {}),
     "number_feed": lambda t: ((), {}),
+    "newest_feed": lambda t: ((10,), {}),
     "close": lambda t: ((), {}),
 }
 
@@ -149,6 +150,7 @@ READS = frozenset(
         "counts",
         "follower_position",
         "feed_unnumbered",
+        "newest_feed",
         "export_store",
         "verify_export",
     }

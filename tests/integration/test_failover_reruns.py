@@ -26,6 +26,7 @@ from cadence_store import (
     StoreUnavailableError,
     upgrade,
 )
+from cadence_store.storage.feed_notifier import flush_notifiers
 
 pytestmark = pytest.mark.postgres
 
@@ -232,6 +233,7 @@ def test_a_connection_left_read_only_is_re_run_not_reported_as_a_write_failure(
 
 
 def test_start_run(store: RunStore, proxy: FaultProxy, db: Engine, warnings: Any) -> None:
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     run = store.start_run("abel-implement", change="c1", operation_id="start-1")
     assert proxy.commits_dropped == 1
@@ -245,6 +247,7 @@ def test_transition_atomically_runs_write_once(
 ) -> None:
     run = store.start_run("abel-implement", change="c1", operation_id="start-1")
     calls: list[object] = []
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     moved = store.transition_atomically(
         run.run_id, "paused", operation_id="pause-1", write=calls.append
@@ -260,6 +263,7 @@ def test_bind_delivery_atomically_runs_write_once(
 ) -> None:
     run = store.start_run("abel-implement", change="c1", operation_id="start-1")
     calls: list[object] = []
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     bound = store.bind_delivery_atomically(
         run.run_id, "gate-a", 1, A, operation_id="bind-1", write=calls.append
@@ -281,6 +285,7 @@ def test_bind_deliveries_atomically_runs_write_once(
         {"run_id": run.run_id, "gate": "gate-b", "revision": 1, "receipt_hash": B,
          "operation_id": "bind-2"},
     ]  # fmt: skip
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     bound = store.bind_deliveries_atomically(items, write=calls.append)
     assert proxy.commits_dropped == 1 and len(calls) == 1
@@ -302,6 +307,7 @@ def test_a_leased_transition_is_replayed_even_after_its_lease_expired(
     handler = LeaseRunsOut(logging.WARNING)
     logging.getLogger("cadence_store").addHandler(handler)
     try:
+        flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
         proxy.drop_next_commit_reply()
         moved = store.transition(run.run_id, "paused", operation_id="pause-1", lease=lease)
     finally:
@@ -314,6 +320,7 @@ def test_an_exclusive_acquire_finds_the_lease_it_took(
     store: RunStore, proxy: FaultProxy, db: Engine, warnings: Any
 ) -> None:
     run = store.start_run("abel-implement", change="c1", operation_id="start-1")
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     lease = store.acquire_lease(run.run_id, "work-1", ttl_ms=60_000, exclusive=True)
     assert proxy.commits_dropped == 1
@@ -332,6 +339,7 @@ def test_a_preempting_acquire_does_not_preempt_itself(
 ) -> None:
     run = store.start_run("abel-implement", change="c1", operation_id="start-1")
     old = store.acquire_lease(run.run_id, "work-1", ttl_ms=60_000)
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     lease = store.acquire_lease(run.run_id, "work-1", ttl_ms=60_000, preempt=True)
     assert proxy.commits_dropped == 1 and lease.token != old.token
@@ -345,9 +353,12 @@ def test_renew_commit_and_interrupt_count_a_committed_first_attempt_as_done(
     lease = store.acquire_lease(run.run_id, "work-1", ttl_ms=1_000)
 
     clock.advance(500)
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     renewed = store.renew_lease(lease, 10_000)
     assert renewed.token == lease.token and renewed.expires_at == clock.now + 10_000
+
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
 
     proxy.drop_next_commit_reply()
     assert store.commit_lease(renewed, {"applied": True, "n": 1.0}) == {"applied": True, "n": 1}
@@ -356,6 +367,7 @@ def test_renew_commit_and_interrupt_count_a_committed_first_attempt_as_done(
     assert status.outcome == {"applied": True, "n": 1}
 
     other = store.acquire_lease(run.run_id, "work-2", ttl_ms=10_000)
+    flush_notifiers()  # the feed's numbering commit first: the dropped reply is the call's
     proxy.drop_next_commit_reply()
     assert store.interrupt_lease(other) is None
     status = store.inspect_operation(run.run_id, "work-2")

@@ -40,6 +40,7 @@ from cadence_store import (
     OperationLease,
     RunStore,
 )
+from cadence_store.storage.feed_notifier import flush_notifiers
 
 ROOT_HASH = "ab" * 32
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -192,7 +193,10 @@ _PG_VERSIONS = {
 
 
 def snapshot(engine: Engine) -> dict[str, Any]:
-    """The four owned tables, exactly (raw cursor: this runs around every fuzzed call)."""
+    """The four owned tables, exactly (raw cursor: this runs around every fuzzed call),
+    once this process's feed notifiers have numbered what committed (PostgreSQL numbers
+    the feed just after each commit)."""
+    flush_notifiers()
     queries = _PG_VERSIONS if engine.dialect.name == "postgresql" else _SNAPSHOT_SQL
     connection = engine.raw_connection()
     try:

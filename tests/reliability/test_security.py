@@ -37,6 +37,7 @@ from sqlalchemy.engine import make_url
 import cadence_store
 from cadence_store import CadenceStoreError, RunStore, StateRootError
 from cadence_store.cli import main
+from cadence_store.storage.feed_notifier import flush_notifiers
 from cadence_store.store.state_root import resolve_state_root
 
 ROOT_HASH = "ab" * 32
@@ -316,6 +317,8 @@ REVIEWED_DYNAMIC_SQL = {
     # the receipt-sequence fill of revision cs0005: every piece of its text is a constant
     # of the revision (the journal's receipt kinds, fixed SQL), nothing from outside
     ("migrations/versions/cs0005_receipt_sequence.py", "_fill_in_sql"),
+    # the follower name's advisory lock: an int the module computes (sha256 of the name)
+    ("cadence_store/storage/follower_names.py", "FollowerNameHold._try_server_lock"),
     # CREATE/DROP DATABASE of a name the testing plugin makes itself (secrets.token_hex)
     ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # CREATE SCHEMA / SET LOCAL search_path on a schema name checked against
@@ -641,6 +644,7 @@ INJECTIONS = [
 
 
 def _rows_of(engine: Engine, run_id: str) -> dict[str, list[tuple[Any, ...]]]:
+    flush_notifiers()  # PostgreSQL numbers the feed just after each commit
     queries = {
         "runs": "SELECT * FROM runs WHERE run_id = :r",
         "events": "SELECT * FROM events WHERE run_id = :r ORDER BY sequence",
