@@ -249,6 +249,24 @@ def test_verification_names_the_first_event_that_departs(store: RunStore, db: En
     assert mismatch.value.expected == signed.root_hash
 
 
+def test_an_altered_upper_tile_is_found_by_verification(
+    store: RunStore, db: Engine, rejected: Callable[..., Any]
+) -> None:
+    grow(store, 300, "u")  # one full tile of leaves: its root is on tile level 1
+    signed = store.checkpoint(KEY)
+    with db.begin() as connection:
+        connection.execute(
+            text("UPDATE tree_tiles SET hashes = :hashes WHERE tile_level = 1"),
+            {"hashes": bytes(32)},
+        )
+    with pytest.raises(CheckpointError) as mismatch:
+        store.verify_checkpoint(signed.note, VKEY)  # the events still have the signed root
+    assert mismatch.value.code == "checkpoint-mismatch"
+    assert "NodeId(level=8, index=0)" in str(mismatch.value)
+    with rejected(CheckpointError, "checkpoint-mismatch"):
+        store.checkpoint(KEY)
+
+
 def test_a_store_with_fewer_leaves_is_a_rollback(store: RunStore, db: Engine) -> None:
     (run_id,) = grow(store, 1, "r", transitions=2)
     signed = store.checkpoint(KEY)
