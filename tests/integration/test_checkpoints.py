@@ -110,6 +110,17 @@ def test_a_store_that_grew_still_verifies_its_old_checkpoints(store: RunStore, d
         assert store.verify_checkpoint(note, VKEY).tree_size == 307
 
 
+def test_a_checkpoint_numbers_what_is_left_unnumbered(store: RunStore, db: Engine) -> None:
+    grow(store, 6, "n")
+    flush_notifiers()
+    with db.begin() as connection:  # as a writer that died between commit and numbering
+        connection.execute(text("UPDATE events SET feed_position = NULL WHERE feed_position > 2"))
+    signed = store.checkpoint(KEY)
+    assert signed.size == 6
+    assert signed.root_hash == merkle.root_of(feed_leaves(db)).hex()
+    assert store.verify_checkpoint(signed.note, VKEY).tree_size == 6
+
+
 def test_an_empty_store_signs_the_empty_tree(store: RunStore) -> None:
     signed = store.checkpoint(KEY)
     assert (signed.size, signed.root_hash) == (0, merkle.EMPTY_ROOT.hex())
