@@ -62,7 +62,7 @@ def checkpoint(
     transactions.write(lambda runs: runs.number_feed())
     signed = transactions.write(lambda runs: _part(runs, clock).checkpoint(signer, origin))
     # the key's name and id only: they are in the note too
-    logger.info(
+    logger.debug(
         "cadence-store: checkpoint of %d leaves (root %s) signed by %s+%08x",
         signed.size,
         signed.root_hash,
