@@ -64,6 +64,8 @@ from cadence_store import (  # noqa: E402
     upgrade,
 )
 
+LOG_KEPT = 30  # calls before an undocumented difference kept in the JSON
+
 
 class Episode:
     """One pair of fresh stores and the calls made on both."""
@@ -168,7 +170,7 @@ class Episode:
                     "ids_handed_out": ids,
                     "ids_drawn_by_1x": answer["drawn"],
                     "now": self.known.now,
-                    "calls_before": short(self.log[:-1], 200)
+                    "calls_before": short(self.log[-1 - LOG_KEPT : -1], 200)
                     if label == "undocumented"
                     else len(self.log) - 1,
                 },
@@ -291,7 +293,11 @@ class Episode:
                 self.seed,
                 self.number,
                 index,
-                {"what": what, "problem": problem[:1000], "calls_before": short(self.log, 200)},
+                {
+                    "what": what,
+                    "problem": problem[:1000],
+                    "calls_before": short(self.log[-LOG_KEPT:], 200),
+                },
             )
         )
 
