@@ -9,7 +9,9 @@ over the chain, at a small cost: each receipt is kept only as a 16-byte digest u
 sequence it names, and the pass serialises the projection only at those sequences.
 
 A lease row (kind `lease`) must have a known state and consistent columns: a token and
-an expiry exactly when `running`, a JSON object outcome exactly when `committed`.
+an expiry exactly when `running`, a JSON object outcome exactly when `committed`. A
+journal receipt's row that is `running` or `interrupted` is a cadence 1.x lease that took
+over the receipt's operation id (its upsert kept the kind): it is checked as a lease.
 
 Codes (all `JournalIntegrityError`): `operation-receipt-mismatch` (a receipt the chain
 did not produce), `operation-kind-invalid`, `operation-state-invalid`,
@@ -28,7 +30,6 @@ from typing import Any, Final
 
 from ..errors import JournalIntegrityError
 from .canonical import JsonValueError, is_nested_too_deep, js_stringify, js_stringify_likely
-from .validation import is_safe_integer
 from .vocabulary import (
     COMMITTED,
     JOURNAL_RECEIPT_KIND_VALUES,
@@ -53,6 +54,8 @@ OPERATION_COLUMNS: Final = (
     "lease_expires_at",
     "lease_fence",
 )
+
+_INT64_MAX: Final = 2**63 - 1
 
 RECEIPT_MISMATCH: Final = "operation-receipt-mismatch"
 KIND_INVALID: Final = "operation-kind-invalid"
@@ -118,7 +121,7 @@ def _lease_problem(
     if state == RUNNING:
         if not isinstance(token, str) or token == "":
             return ReceiptProblem(operation_id, STATE_INVALID, "lease_token", "a token", token)
-        if not isinstance(expires_at, int) or not is_safe_integer(expires_at) or expires_at < 0:
+        if not _is_stored_time(expires_at):
             return ReceiptProblem(
                 operation_id, STATE_INVALID, "lease_expires_at", "a millisecond time", expires_at
             )
@@ -136,6 +139,16 @@ def _lease_problem(
     elif outcome_json is not None:
         return ReceiptProblem(operation_id, STATE_INVALID, "outcome_json", None, outcome_json)
     return None
+
+
+def _is_stored_time(value: object) -> bool:
+    # any 64-bit time: cadence 1.x granted TTLs up to 2**53 - 1, so an adopted expiry
+    # may pass it (new grants are refused there; see `invalid-lease-ttl`)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX
+
+
+def _is_fence(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _receipt_shape(
@@ -191,10 +204,16 @@ class ReceiptVerifier:
             return
         if kind == LEASE_KIND:
             self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
-            if self.problem is None and (
-                not isinstance(fence, int) or isinstance(fence, bool) or fence < 1
-            ):
+            if self.problem is None and not _is_fence(fence):
                 # every grant has a fence (adopted and pre-fence leases got 1)
+                self.problem = ReceiptProblem(
+                    operation_id, STATE_INVALID, "lease_fence", "a fence >= 1", fence
+                )
+            return
+        if kind in JOURNAL_RECEIPT_KINDS and state != COMMITTED:
+            # cadence 1.x's acquireLease took this receipt's operation id over
+            self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
+            if self.problem is None and fence is not None and not _is_fence(fence):
                 self.problem = ReceiptProblem(
                     operation_id, STATE_INVALID, "lease_fence", "a fence >= 1", fence
                 )

@@ -368,3 +368,36 @@ def test_receipts_with_escaped_text_verify_and_their_forgeries_do_not(
         store.verify_integrity(run.run_id)
     assert raised.value.code == MISMATCH and raised.value.operation_id == "odd"
     assert "outcome_json.pauseCode" in str(raised.value)
+
+
+# Rows cadence 1.x wrote in ordinary use, which an adopted store keeps: its acquireLease
+# upserted over a journal receipt's operation id (keeping the receipt's kind), and it
+# granted TTLs up to 2**53 - 1, so an expiry may pass that.
+TAKEN_OVER = {"state": "running", "outcome_json": None, "lease_token": "t-1"}
+LEGACY_ROWS = [
+    ("ready", {**TAKEN_OVER, "lease_expires_at": 61_000}),
+    ("validate", {**TAKEN_OVER, "state": "interrupted", "lease_token": None}),
+    ("running-lease", {"lease_expires_at": 2**53 + 1_000}),
+]
+
+
+def test_rows_cadence1x_wrote_in_ordinary_use_verify_by_every_path(
+    store: RunStore, store_url: str, db: Engine, tmp_path: Path
+) -> None:
+    run_id = build_run(store, "legacy")
+    with db.begin() as connection:
+        for operation_id, values in LEGACY_ROWS:
+            for column, value in values.items():
+                set_operation(operation_id, column, value)(connection, run_id)
+    assert store.verify_integrity(run_id).sequence == 4
+    assert _cli("verify", "--url", store_url).exit_code == 0
+    export = tmp_path / "export.jsonl"
+    assert _cli("export", "--url", store_url, "--out", str(export)).exit_code == 0
+    result = _cli("verify", "--file", str(export))
+    assert result.exit_code == 0, result.output
+    # the same shapes stay refused where cadence 1.x never wrote them
+    with db.begin() as connection:
+        set_operation("ready", "lease_token", None)(connection, run_id)
+    with pytest.raises(JournalIntegrityError) as raised:
+        store.verify_integrity(run_id)
+    assert (raised.value.code, raised.value.operation_id) == (STATE_INVALID, "ready")
