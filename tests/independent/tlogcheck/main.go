@@ -476,9 +476,9 @@ func cmdInclusion(v verifier, proofPath, notePath string) (any, error) {
 		"leafHash": hex.EncodeToString(leaf)}, nil
 }
 
-// A consistency proof is a JSON list of base64 hashes, or an object whose "hashes" (or
-// "proof") member is one.
-func readConsistency(path string) ([][]byte, error) {
+// A consistency proof is a JSON list of base64 hashes, or an object whose "hashes"
+// member is one; its "oldSize" and "newSize", when given, must be the checkpoints'.
+func readConsistency(path string, oldSize, newSize uint64) ([][]byte, error) {
 	raw, err := readInput(path)
 	if err != nil {
 		return nil, err
@@ -486,16 +486,17 @@ func readConsistency(path string) ([][]byte, error) {
 	var list []string
 	if json.Unmarshal(raw, &list) != nil {
 		var doc struct {
-			Hashes []string `json:"hashes"`
-			Proof  []string `json:"proof"`
+			OldSize *uint64  `json:"oldSize"`
+			NewSize *uint64  `json:"newSize"`
+			Hashes  []string `json:"hashes"`
 		}
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			return nil, fail("malformed proof: %v", err)
+		if err := json.Unmarshal(raw, &doc); err != nil || doc.Hashes == nil {
+			return nil, fail("malformed proof: a list of hashes, or an object with \"hashes\"")
+		}
+		if (doc.OldSize != nil && *doc.OldSize != oldSize) || (doc.NewSize != nil && *doc.NewSize != newSize) {
+			return nil, fail("mismatch: the proof is between other sizes than the checkpoints'")
 		}
 		list = doc.Hashes
-		if list == nil {
-			list = doc.Proof
-		}
 	}
 	return decodeHashes(list)
 }
@@ -520,7 +521,7 @@ func cmdConsistency(v verifier, proofPath, oldPath, newPath string) (any, error)
 	if older.Origin != newer.Origin {
 		return nil, fail("mismatch: checkpoints of two logs (%q, %q)", older.Origin, newer.Origin)
 	}
-	path, err := readConsistency(proofPath)
+	path, err := readConsistency(proofPath, older.Size, newer.Size)
 	if err != nil {
 		return nil, err
 	}
