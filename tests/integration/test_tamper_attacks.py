@@ -265,7 +265,7 @@ def test_a_store_that_grew_after_the_checkpoint_verifies(attacked: Attacked) -> 
 
 def test_an_edited_payload_breaks_its_chain_first(attacked: Attacked, tamper: Any) -> None:
     run_id = attacked.ids("long")
-    tamper(lambda c: edit_payload(c, run_id, 4))  # event 4: ready -> queued
+    tamper(lambda c: edit_payload(c, run_id, 5))  # event 5: ready -> queued
     plain = cli("verify", "--url", attacked.url)
     assert plain.exit_code == 1 and HASH_CHAIN in plain.output, plain.output
     # the chain check runs before the tree's: its code is the one named
@@ -279,31 +279,42 @@ def test_an_edited_payload_breaks_its_chain_first(attacked: Attacked, tamper: An
 
 
 @pytest.mark.parametrize(
-    ("run", "expected"),
+    ("newest_in_feed", "expected"),
     [
-        # the long run wrote the feed's last event: the store now holds fewer leaves
-        pytest.param("long", ROLLBACK, id="newest-in-feed"),
-        # the middle run's newest event sits inside the signed tree: a leaf is missing
-        pytest.param("middle", MISMATCH, id="inside-the-tree"),
+        # the run that wrote the feed's last event: the store now holds fewer leaves
+        pytest.param(True, ROLLBACK, id="newest-in-feed"),
+        # another run, whose newest event sits inside the signed tree: a leaf is missing
+        pytest.param(False, MISMATCH, id="inside-the-tree"),
     ],
 )
 def test_a_deleted_newest_event_with_its_run_row_set_back(
-    attacked: Attacked, tamper: Any, run: str, expected: str
+    attacked: Attacked, tamper: Any, newest_in_feed: bool, expected: str
 ) -> None:
-    run_id = attacked.ids(run)
-    deleted = tamper(lambda c: delete_newest_event(c, run_id))
+    def truncate(connection: Connection) -> tuple[str, int]:
+        # (PostgreSQL numbers the feed after commits, in an order of its own)
+        last_writer = feed_order(connection)[-1][0]
+        others = [run_id for run_id in attacked.template.ids.values() if run_id != last_writer]
+        run_id = last_writer if newest_in_feed else others[0]
+        return run_id, delete_newest_event(connection, run_id).sequence
+
+    run_id, deleted = tamper(truncate)
     plain_verify_passes(attacked.url)
     with RunStore(attacked.url, root_hash=ROOT_HASH) as store:
-        assert store.status(run_id).sequence == deleted.sequence - 1
+        assert store.status(run_id).sequence == deleted - 1
     assert cli_refuses(attacked, {ROLLBACK, MISMATCH}) == expected
     assert store_refuses(attacked).code == expected
-    if run == "middle":
+    if not newest_in_feed:
         assert async_store_refuses(attacked).code == expected
 
 
 def test_a_whole_run_deleted(attacked: Attacked, tamper: Any) -> None:
-    run_id = attacked.ids("middle")
-    tamper(lambda c: delete_run(c, run_id))
+    def delete(connection: Connection) -> str:
+        order = feed_order(connection)
+        run_id = next(r for r, _, _ in order if r != order[-1][0])  # not the last writer
+        delete_run(connection, run_id)
+        return run_id
+
+    run_id = tamper(delete)
     plain_verify_passes(attacked.url)
     with RunStore(attacked.url, root_hash=ROOT_HASH) as store:
         assert run_id not in store.run_ids()
@@ -392,3 +403,19 @@ def test_another_verifier_key(attacked: Attacked) -> None:
     code = cli_refuses(attacked, {SIGNATURE_INVALID, MISMATCH}, vkey=other)
     assert code == SIGNATURE_INVALID
     assert store_refuses(attacked, vkey=other).code == SIGNATURE_INVALID
+
+
+def test_a_rewrite_that_also_clears_the_stored_tree(attacked: Attacked, tamper: Any) -> None:
+    """The stored tree and the checkpoints recorded in the store are the attacker's to
+    change too: the note kept outside still refuses the rewritten store."""
+    run_id = attacked.ids("long")
+
+    def rewrite(connection: Connection) -> None:
+        rewrite_history(connection, run_id, 7, {"code": "rewritten-pause"})
+        connection.execute(text("DELETE FROM tree_tiles"))
+        connection.execute(text("DELETE FROM checkpoints"))
+
+    tamper(rewrite)
+    plain_verify_passes(attacked.url)
+    assert cli_refuses(attacked, {ROLLBACK, MISMATCH}) == MISMATCH
+    assert store_refuses(attacked).code == MISMATCH
