@@ -17,13 +17,21 @@ Each call's statements and the rows it fetched are counted on the store's own en
 cursor event listener counts the statements, and the driver's cursor class (a subclass
 counting what each fetch returns) the rows. Prints a table and writes
 `benchmarks/checkpoint-results.json`. The append path is measured apart, main against
-this tree side by side (`python -m benchmarks.sqlite_gap`, docs/performance.md).
+this tree side by side (`python -m benchmarks.sqlite_gap`, docs/performance.md):
+`--write-path BEFORE AFTER` runs it in each tree in its own process, alternated in a
+fresh random order each pair, and records the ratio of the two trees' `store_url / floor`
+medians (the floor, hand-written SQL on the same disk in the same process, takes the
+disk's moods out) under `write_path` in the same JSON.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -279,12 +287,78 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def write_path(before: Path, after: Path, pairs: int, rounds: int) -> dict[str, Any]:
+    """`benchmarks.sqlite_gap` in each tree, `pairs` times, alternated."""
+    found: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="cadence-write-path-") as workdir:
+        for pair in range(pairs):
+            order = [("before", before), ("after", after)]
+            random.shuffle(order)
+            for name, tree in order:
+                out = Path(workdir) / f"{name}-{pair}.json"
+                environment = {
+                    **os.environ,
+                    "PYTHONPATH": str(tree),
+                    "PYTHONDONTWRITEBYTECODE": "1",
+                }
+                subprocess.run(
+                    [sys.executable, "-m", "benchmarks.sqlite_gap", "--rounds", str(rounds),
+                     "--out", str(out)],
+                    cwd=tree, env=environment, check=True, stdout=subprocess.DEVNULL,
+                )  # fmt: skip
+                run = json.loads(out.read_text(encoding="utf-8"))
+                found[name].append(
+                    {
+                        "store_url_ms": run["median_ms"]["store_url"],
+                        "floor_ms": run["median_ms"]["floor"],
+                        "store_url_cpu_ms": run["cpu_ms"]["store_url"],
+                        "store_url_over_floor": run["ratios"]["store_url/floor"],
+                    }
+                )
+                print(f"  write path, {name} {pair + 1}: {found[name][-1]}", file=sys.stderr)
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(run[key] for run in found[name])
+
+    return {
+        "before": str(before),
+        "after": str(after),
+        "pairs": pairs,
+        "rounds": rounds,
+        "runs": found,
+        "store_url_over_floor": {n: median(n, "store_url_over_floor") for n in found},
+        "ratio_after_before": round(
+            median("after", "store_url_over_floor") / median("before", "store_url_over_floor"), 4
+        ),
+        "cpu_ratio_after_before": round(
+            median("after", "store_url_cpu_ms") / median("before", "store_url_cpu_ms"), 4
+        ),
+    }
+
+
 def main() -> None:
     parser = benchmark_arguments(
         "benchmarks.checkpoint", "checkpoint-results.json", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument(
+        "--write-path",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="only the append path: benchmarks.sqlite_gap in two trees, side by side",
+    )
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=600)
     arguments = parser.parse_args()
+    out = Path(arguments.out)
+    if arguments.write_path:
+        results = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
+        before, after = arguments.write_path
+        results["write_path"] = write_path(before, after, arguments.pairs, arguments.rounds)
+        print(json.dumps(results["write_path"], indent=2))
+        out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        return
     events = 20_000 if arguments.quick else arguments.events
     events -= events % TEMPLATE_EVENTS
     results: dict[str, Any] = {"events": events, "machine": machine(), "engines": {}}
@@ -297,7 +371,9 @@ def main() -> None:
             results["engines"][engine] = measure(url, events)
         print(json.dumps(results["engines"][engine], indent=2), file=sys.stderr)
     print(table(results))
-    Path(arguments.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    if out.exists():  # keep the write path's figures
+        results = json.loads(out.read_text(encoding="utf-8")) | results
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
