@@ -48,7 +48,9 @@ from cadence_store import AsyncRunStore, RunStore
 from cadence_store.async_store import async_database_url
 from cadence_store.cli import main
 from cadence_store.errors import CheckpointError, JournalIntegrityError
+from cadence_store.journal import merkle
 from cadence_store.journal.note_keys import SignerKey, generate_signer_key
+from cadence_store.journal.notes import verify_checkpoint
 from cadence_store.storage.feed_notifier import flush_notifiers
 
 MISMATCH = "checkpoint-mismatch"
@@ -385,6 +387,13 @@ def test_a_history_rewritten_with_recomputed_hashes(attacked: Attacked, tamper: 
     error = store_refuses(attacked)
     assert error.code == MISMATCH
     assert (error.run_id, error.sequence) == (run_id, 7), error
+    # nor does the store sign the rewritten history: it no longer extends its last head
+    with (
+        RunStore(attacked.url, root_hash=ROOT_HASH) as store,
+        pytest.raises(CheckpointError) as info,
+    ):
+        store.checkpoint(attacked.template.signer, origin=ORIGIN)
+    assert info.value.code == MISMATCH
 
 
 def test_a_flipped_signature_byte(attacked: Attacked, tmp_path: Path) -> None:
@@ -419,3 +428,17 @@ def test_a_rewrite_that_also_clears_the_stored_tree(attacked: Attacked, tamper: 
     plain_verify_passes(attacked.url)
     assert cli_refuses(attacked, {ROLLBACK, MISMATCH}) == MISMATCH
     assert store_refuses(attacked).code == MISMATCH
+
+    # signed afresh (the key holder colluding, or fooled), the new head is a fork: no
+    # consistency proof leads from the published note to it
+    with RunStore(attacked.url, root_hash=ROOT_HASH) as store:
+        forked = store.checkpoint(attacked.template.signer, origin=ORIGIN)
+        proof = store.consistency_proof(attacked.template.size, forked.size)
+    published = verify_checkpoint(attacked.template.note, attacked.vkey)
+    assert forked.size == published.size
+    with pytest.raises(CheckpointError) as info:
+        merkle.verify_consistency(
+            published.size, forked.size, published.root_hash, bytes.fromhex(forked.root_hash),
+            list(proof.hashes),
+        )  # fmt: skip
+    assert info.value.code == MISMATCH
