@@ -22,6 +22,14 @@ from typing import Any
 
 import pytest
 from tamper_support import build_tlogcheck, encode_hashes, flip_signature_byte, tlogcheck
+from unit.test_notes import (  # the published vectors
+    PETER_SIG,
+    PETER_SIGNER,
+    PETER_VERIFIER,
+    SUMDB_CHECKPOINT,
+    SUMDB_VERIFIER,
+    TEXT,
+)
 
 from cadence_store.errors import CheckpointError, InvalidInputError
 from cadence_store.journal import merkle
@@ -35,24 +43,7 @@ from cadence_store.journal.notes import (
     verify_checkpoint,
 )
 
-PETER_SIGNER = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
-PETER_VERIFIER = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
-PETER_NOTE = (
-    "If you think cryptography is the answer to your problem,\n"
-    "then you don't know what your problem is.\n"
-    "\n"
-    "— PeterNeumann "
-    "x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
-)
-SUMDB_VERIFIER = "sum.golang.org+033de0ae+Ac4zctda0e5eza+HJyk9SxEdh+s3Ux18htTTAD8OuAn8"
-SUMDB_CHECKPOINT = (
-    "go.sum database tree\n"
-    "30055305\n"
-    "mXfgRcJ0bG0j3CPdKwgGWtUzBUbX67saZGRmFuJGGsM=\n"
-    "\n"
-    "— sum.golang.org "
-    "Az3grpgEild5qw7+5dtV13Kf1C2Xurm8q4fhdxvcsDHnqNTaxL2AFjBY+2TyGKevucFcAAlWFJJYle3EJlDCrQ+y3A8=\n"
-)
+PETER_NOTE = f"{TEXT}\n{PETER_SIG}"
 ORIGIN = "cadence.test/independent"
 SIZES = [*range(1, 18), 31, 32, 33]
 # run ids that take every branch of the canonical string rule
