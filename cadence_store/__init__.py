@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CadenceStoreError,
+    CheckpointError,
     HostWriteError,
     InvalidInputError,
     InvalidTransitionError,
@@ -31,6 +32,13 @@ from .journal import (
     Transition,
 )
 from .journal.feed import FeedItem
+from .journal.note_keys import SignerKey, VerifierKey, generate_signer_key
+from .journal.tree_views import (
+    CheckpointReport,
+    ConsistencyProof,
+    InclusionProof,
+    SignedCheckpoint,
+)
 from .journal.views import (
     BindingRecord,
     OperationRecord,
@@ -73,8 +81,12 @@ __all__ = [
     "BindDelivery",
     "BindingRecord",
     "CadenceStoreError",
+    "CheckpointError",
+    "CheckpointReport",
+    "ConsistencyProof",
     "DeliveryBinding",
     "FeedItem",
+    "InclusionProof",
     "InvalidInputError",
     "InvalidTransitionError",
     "JournalIntegrityError",
@@ -92,6 +104,8 @@ __all__ = [
     "RunRepository",
     "RunStore",
     "SchemaOutOfDateError",
+    "SignedCheckpoint",
+    "SignerKey",
     "StateRoot",
     "StateRootError",
     "StoreBusyError",
@@ -103,10 +117,12 @@ __all__ = [
     "TimelineEntry",
     "Transition",
     "UnitOfWork",
+    "VerifierKey",
     "configure_engine",
     "copy_store",
     "downgrade",
     "export_store",
+    "generate_signer_key",
     "host_include_object",
     "import_store",
     "prepare_state_root",

@@ -213,7 +213,9 @@ class StorePermissionError(StoreUnavailableError):
     until the grant (or the file) changes; `.hint` says what to grant."""
 
     default_code = "run-store-permission-denied"
-    TABLES: ClassVar[str] = "runs, events, operations, delivery_bindings, follower_positions"
+    TABLES: ClassVar[str] = (
+        "runs, events, operations, delivery_bindings, follower_positions, tree_tiles, checkpoints"
+    )
 
     def __init__(
         self, code: str | None = None, detail: str | None = None, *, engine: str | None = None

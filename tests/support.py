@@ -9,11 +9,13 @@ from sqlalchemy import Engine, select
 
 from cadence_store.storage.feed_notifier import flush_notifiers
 from cadence_store.storage.models import (
+    checkpoints,
     delivery_bindings,
     events,
     follower_positions,
     operations,
     runs,
+    tree_tiles,
 )
 from cadence_store.testing import (
     CLOCK_START_MS,
@@ -40,6 +42,8 @@ OWNED = {
     "operations": operations,
     "delivery_bindings": delivery_bindings,
     "follower_positions": follower_positions,
+    "tree_tiles": tree_tiles,
+    "checkpoints": checkpoints,
 }
 
 Snapshot = dict[str, list[tuple[Any, ...]]]

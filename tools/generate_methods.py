@@ -177,13 +177,18 @@ ASYNC_STORE_PROXIES = (
     *READS,
     "read_feed",
 )
+# `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
+TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof")
 
 
 def async_store_methods() -> list[Method]:
     """`AsyncRunStore`'s: `RunStore`'s calls off the loop, the host-code calls in an async
     unit of work (their `write` awaited when it returns an awaitable)."""
     return [
-        *(Method(run_store(name), ON_STORE, asynchronous=True) for name in ASYNC_STORE_PROXIES),
+        *(
+            Method(run_store(name), ON_STORE, asynchronous=True)
+            for name in (*ASYNC_STORE_PROXIES, *TREE_CALLS)
+        ),
         *(Method(host_call(name), HOST_CALL, asynchronous=True) for name in HOST_CALLS_NAMES),
     ]
 
@@ -227,6 +232,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
 from ..journal.feed import FeedItem
+from ..journal.note_keys import SignerKey, VerifierKey
+from ..journal.tree_views import (
+    CheckpointReport, ConsistencyProof, InclusionProof, SignedCheckpoint
+)
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..repository.run_repository import DELIVERY_BOUND, RunRepository

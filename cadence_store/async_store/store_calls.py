@@ -12,6 +12,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
 from ..journal.feed import FeedItem
+from ..journal.note_keys import SignerKey, VerifierKey
+from ..journal.tree_views import (
+    CheckpointReport,
+    ConsistencyProof,
+    InclusionProof,
+    SignedCheckpoint,
+)
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..store import host_calls
@@ -285,6 +292,46 @@ class AsyncRunStoreCalls(ABC):
         and this store's role may number it does it read in a write transaction on the
         primary instead, which numbers first."""
         return await self._on_store(RunStore.read_feed, after=after, limit=limit, run_id=run_id)
+
+    @traced
+    async def checkpoint(
+        self, key: SignerKey | str, *, origin: str | None = None
+    ) -> SignedCheckpoint:
+        """Sign the journal feed's tree head and record it: number the feed, extend the
+        stored tree by the events since the last checkpoint (only those are hashed), sign
+        a C2SP checkpoint with `key` (a `SignerKey` or its text) under `origin` (default:
+        the key's name) and record the note. Refused, with nothing recorded, when the
+        store no longer holds the last head it signed (`checkpoint-rollback`,
+        `checkpoint-mismatch`): it never signs two inconsistent views."""
+        return await self._on_store(RunStore.checkpoint, key, origin=origin)
+
+    @traced
+    async def verify_checkpoint(
+        self, note: str | bytes, vkey: VerifierKey | str
+    ) -> CheckpointReport:
+        """Check a signed checkpoint against this store: its signature by `vkey` (a
+        `VerifierKey` or its text), that the first `size` leaves, recomputed from the
+        events, have its root (and that the stored tree holds the events' leaves), and
+        every run's chain. `CheckpointError` (`checkpoint-signature-invalid`,
+        `checkpoint-rollback`, `checkpoint-mismatch` with the first event that departs)
+        or the chain's own integrity error when not."""
+        return await self._on_store(RunStore.verify_checkpoint, note, vkey)
+
+    @traced
+    async def inclusion_proof(
+        self, run_id: str, sequence: int | None = None, *, size: int | None = None
+    ) -> InclusionProof:
+        """The proof that event `sequence` of `run_id` (default: its newest) is in the
+        tree of the checkpoint recorded at `size` (default: the newest recorded).
+        `run-not-found`, `checkpoint-not-found` (no checkpoint of that size),
+        `leaf-not-in-tree` (no such event, or not in that tree)."""
+        return await self._on_store(RunStore.inclusion_proof, run_id, sequence, size=size)
+
+    @traced
+    async def consistency_proof(self, old_size: int, new_size: int) -> ConsistencyProof:
+        """The proof that the tree of `new_size` leaves extends that of `old_size` (both
+        at most the newest recorded checkpoint's size, else `invalid-tree-size`)."""
+        return await self._on_store(RunStore.consistency_proof, old_size, new_size)
 
     @traced
     async def bind_delivery_atomically(

@@ -15,7 +15,18 @@ models and no SQL (tests/cli/test_read_commands.py scans it).
 """
 
 # the commands register
-from . import demo, follow, inspect, lease, operate, serve, transfer, verify
+from . import checkpoints, demo, follow, inspect, lease, operate, serve, transfer, verify
 from .group import main
 
-__all__ = ["demo", "follow", "inspect", "lease", "main", "operate", "serve", "transfer", "verify"]
+__all__ = [
+    "checkpoints",
+    "demo",
+    "follow",
+    "inspect",
+    "lease",
+    "main",
+    "operate",
+    "serve",
+    "transfer",
+    "verify",
+]

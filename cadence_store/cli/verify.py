@@ -11,7 +11,7 @@ import click
 
 from ..parallel_verify import verify_runs
 from ..transfer import RunCheck, iter_verify_export
-from . import render
+from . import checkpoints, render
 from .group import describe, json_option, main, open_input, opened, progress_bar, url_option
 
 # -- verification ---------------------------------------------------------------------------
@@ -87,9 +87,23 @@ def _verify_file(path: str, *, as_json: bool) -> None:
     metavar="N",
     help="Verify the database's runs across N processes.",
 )
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    metavar="FILE",
+    help="Check a signed checkpoint against the store (with --vkey): its signature, the "
+    "tree at its size recomputed from the events, and every chain.",
+)
+@click.option("--vkey", metavar="KEY", help="The checkpoint's verifier key, or a file holding it.")
 @json_option
 def verify(
-    run_ids: Sequence[str], url: str | None, file_: str | None, jobs: int, as_json: bool
+    run_ids: Sequence[str],
+    url: str | None,
+    file_: str | None,
+    jobs: int,
+    checkpoint_file: str | None,
+    vkey: str | None,
+    as_json: bool,
 ) -> None:
     """Verify hash chains and stored projections (all runs, or the ones named).
 
@@ -100,7 +114,17 @@ def verify(
     Example: cadence-store verify --jobs 2 --url postgresql+psycopg://app@db/cadence
     Example: cadence-store verify --file runs.jsonl
     Example: cadence-store verify --json (one JSON object: counts and every broken run)
+    Example: cadence-store verify --checkpoint head.txt --vkey runs.vkey
     """
+    if checkpoint_file is not None or vkey is not None:
+        if checkpoint_file is None or vkey is None:
+            raise click.UsageError("--checkpoint and --vkey go together")
+        if run_ids or file_ is not None:
+            raise click.UsageError("--checkpoint checks the whole store; name no run or --file")
+        with opened(url) as store:
+            report = checkpoints.verify_checkpoint_file(store, checkpoint_file, vkey)
+        checkpoints.print_report(report, as_json=as_json)
+        return
     if file_ is not None:
         if run_ids:
             raise click.UsageError("--file checks a whole export; do not name runs with it")

@@ -43,6 +43,8 @@ def type_family(declared: str) -> str:
         return "integer"
     if "char" in text or "clob" in text or "text" in text:
         return "text"
+    if "blob" in text or "bytea" in text:
+        return "binary"
     return text
 
 

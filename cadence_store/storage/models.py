@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -157,6 +158,37 @@ class FollowerPositionRow(Base):
     position: Mapped[int] = mapped_column(Int64)
 
 
+class TreeTileRow(Base):
+    """cadence-store's own table (revision cs0007): the transparency tree's stored hashes,
+    as C2SP tlog-tiles lays them out. Tile `(tile_level, tile_index)` holds up to 256
+    hashes of tree level `8 * tile_level`, nodes `256 * tile_index` on, concatenated
+    (`width` of them: a right-edge tile is rewritten as it fills). Written by
+    `RunStore.checkpoint` only, up to the newest recorded checkpoint's size."""
+
+    __tablename__ = "tree_tiles"
+    __table_args__ = (PrimaryKeyConstraint("tile_level", "tile_index"), STRICT)
+
+    tile_level: Mapped[int] = mapped_column(Int64)
+    tile_index: Mapped[int] = mapped_column(Int64)
+    width: Mapped[int] = mapped_column(Int64)
+    hashes: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class CheckpointRow(Base):
+    """cadence-store's own table (revision cs0007): each signed checkpoint the store
+    recorded, in the order it signed them (`checkpoint_id`)."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (Index(None, "tree_size"), STRICT)
+
+    checkpoint_id: Mapped[int] = mapped_column(Int64, primary_key=True, autoincrement=False)
+    tree_size: Mapped[int] = mapped_column(Int64)
+    origin: Mapped[str] = mapped_column(Text)
+    root_hash: Mapped[str] = mapped_column(Text)  # lowercase hex
+    note: Mapped[str] = mapped_column(Text)
+    recorded_at: Mapped[int] = mapped_column(Int64)
+
+
 metadata: Final = Base.metadata
 # Core tables for the hot path (statements on the session's connection, no ORM state).
 runs: Final = cast(Table, Run.__table__)
@@ -164,6 +196,8 @@ delivery_bindings: Final = cast(Table, DeliveryBindingRow.__table__)
 events: Final = cast(Table, EventRow.__table__)
 operations: Final = cast(Table, OperationRow.__table__)
 follower_positions: Final = cast(Table, FollowerPositionRow.__table__)
+tree_tiles: Final = cast(Table, TreeTileRow.__table__)
+checkpoints: Final = cast(Table, CheckpointRow.__table__)
 # an event as it is read back (a chain's replay, the feed): `rows.EventRow`'s columns
 EVENT_COLUMNS: Final = (
     events.c.sequence,
@@ -175,5 +209,13 @@ EVENT_COLUMNS: Final = (
 )
 
 OWNED_TABLES: Final = frozenset(
-    {"runs", "events", "operations", "delivery_bindings", "follower_positions"}
+    {
+        "runs",
+        "events",
+        "operations",
+        "delivery_bindings",
+        "follower_positions",
+        "tree_tiles",
+        "checkpoints",
+    }
 )

@@ -190,3 +190,41 @@ class FeedRow(NamedTuple):
 
 class FollowerPositionRow(NamedTuple):
     position: int
+
+
+class LeafRow(NamedTuple):
+    """A feed item as a tree leaf: its position and the three fields of its leaf data."""
+
+    position: int
+    run_id: str
+    sequence: int
+    event_hash: str
+
+
+class TreeTileRow(NamedTuple):
+    tile_level: int
+    tile_index: int
+    width: int
+    hashes: bytes
+
+
+class CheckpointRow(NamedTuple):
+    checkpoint_id: int
+    tree_size: int
+    origin: str
+    root_hash: str
+    note: str
+    recorded_at: int
+
+
+class TreeSizeRow(NamedTuple):
+    tree_size: int  # the highest feed position numbered (0: none)
+
+
+class EventPlaceRow(NamedTuple):
+    position: int | None
+    event_hash: str
+
+
+class NewestSequenceRow(NamedTuple):
+    sequence: int

@@ -32,6 +32,13 @@ from ..errors import (
     StoreFormatError,
 )
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection, js_stringify
+from ..journal.note_keys import SignerKey, VerifierKey
+from ..journal.tree_views import (
+    CheckpointReport,
+    ConsistencyProof,
+    InclusionProof,
+    SignedCheckpoint,
+)
 from ..journal.validation import require_clock, require_root_hash
 from ..journal.values import Transition
 from ..repository.leases import new_lease_token
@@ -60,6 +67,7 @@ from ..storage.schema import (
 )
 from ..storage.shape import assert_store_ready
 from ..telemetry import traced
+from . import checkpoints
 from .direct_write import lends_freely
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
 from .host_calls import materialised
@@ -364,6 +372,44 @@ class RunStore(RunStoreCalls):
             except ExpiryNeeded:
                 pass  # an expired lease is marked interrupted: that is a write
         return self.transactions.write(lambda runs: runs.inspect_operation(run_id, operation_id))
+
+    # -- the transparency tree ------------------------------------------------------------
+
+    @traced
+    def checkpoint(self, key: SignerKey | str, *, origin: str | None = None) -> SignedCheckpoint:
+        """Sign the journal feed's tree head and record it: number the feed, extend the
+        stored tree by the events since the last checkpoint (only those are hashed), sign
+        a C2SP checkpoint with `key` (a `SignerKey` or its text) under `origin` (default:
+        the key's name) and record the note. Refused, with nothing recorded, when the
+        store no longer holds the last head it signed (`checkpoint-rollback`,
+        `checkpoint-mismatch`): it never signs two inconsistent views."""
+        return checkpoints.checkpoint(self.transactions, self._clock, key, origin)
+
+    @traced
+    def verify_checkpoint(self, note: str | bytes, vkey: VerifierKey | str) -> CheckpointReport:
+        """Check a signed checkpoint against this store: its signature by `vkey` (a
+        `VerifierKey` or its text), that the first `size` leaves, recomputed from the
+        events, have its root (and that the stored tree holds the events' leaves), and
+        every run's chain. `CheckpointError` (`checkpoint-signature-invalid`,
+        `checkpoint-rollback`, `checkpoint-mismatch` with the first event that departs)
+        or the chain's own integrity error when not."""
+        return checkpoints.verify(self.transactions, note, vkey)
+
+    @traced
+    def inclusion_proof(
+        self, run_id: str, sequence: int | None = None, *, size: int | None = None
+    ) -> InclusionProof:
+        """The proof that event `sequence` of `run_id` (default: its newest) is in the
+        tree of the checkpoint recorded at `size` (default: the newest recorded).
+        `run-not-found`, `checkpoint-not-found` (no checkpoint of that size),
+        `leaf-not-in-tree` (no such event, or not in that tree)."""
+        return checkpoints.inclusion_proof(self.transactions, run_id, sequence, size)
+
+    @traced
+    def consistency_proof(self, old_size: int, new_size: int) -> ConsistencyProof:
+        """The proof that the tree of `new_size` leaves extends that of `old_size` (both
+        at most the newest recorded checkpoint's size, else `invalid-tree-size`)."""
+        return checkpoints.consistency_proof(self.transactions, old_size, new_size)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -30,7 +30,17 @@ MANIFEST_PATH = FIXTURES / "manifest.json"
 BIN_DIR = Path(sys.executable).parent  # the venv's bin (not resolved: keep the venv)
 ADOPTABLE = ("current.sqlite3", "legacy-v4.sqlite3", "legacy-v2.sqlite3")
 # cadence-store's own tables and its version table.
-OWNED = frozenset({"runs", "events", "operations", "delivery_bindings", "follower_positions"})
+OWNED = frozenset(
+    {
+        "runs",
+        "events",
+        "operations",
+        "delivery_bindings",
+        "follower_positions",
+        "tree_tiles",
+        "checkpoints",
+    }
+)
 VERSION_TABLE = "cadence_store_version"
 
 

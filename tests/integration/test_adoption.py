@@ -113,6 +113,8 @@ def test_cadence1x_store_adopts_through_every_entry_point(
     assert table_names(path) == set(entry["openResult"]["tablesAfter"]) | {
         VERSION_TABLE,
         "follower_positions",  # cadence-store's own (revision cs0004)
+        "tree_tiles",  # and (revision cs0007)
+        "checkpoints",
     }
     assert "schema_meta" not in table_names(path)
     assert "alembic_version" not in table_names(path)

@@ -37,7 +37,9 @@ from cadence_store import (
     RunStore,
     Transition,
     UnitOfWork,
+    generate_signer_key,
 )
+from cadence_store.journal.notes import Checkpoint, sign_checkpoint
 
 A = "a" * 64
 B = "b" * 64
@@ -70,6 +72,9 @@ def _no_write(session: Session) -> None:
 
 
 Call = Callable[[Target], tuple[tuple[Any, ...], dict[str, Any]]]
+WALK_KEY = generate_signer_key("walk.example")
+# a signed checkpoint of one leaf: its signature verifies, so its check reads the store
+WALK_NOTE = sign_checkpoint(Checkpoint("walk.example", 1, bytes(32)), WALK_KEY)
 
 
 # Arguments of every public method, by name (the same name on every entry point).
@@ -130,6 +135,11 @@ CALLS: dict[str, Call] = {
     "feed_unnumbered": lambda t: ((), {}),
     "number_feed": lambda t: ((), {}),
     "newest_feed": lambda t: ((10,), {}),
+    # the transparency tree (fourth round)
+    "checkpoint": lambda t: ((WALK_KEY,), {}),
+    "verify_checkpoint": lambda t: ((WALK_NOTE, WALK_KEY.verifier()), {}),
+    "inclusion_proof": lambda t: ((t.run_id,), {}),
+    "consistency_proof": lambda t: ((0, 0), {}),
     "close": lambda t: ((), {}),
 }
 
@@ -151,6 +161,9 @@ READS = frozenset(
         "follower_position",
         "feed_unnumbered",
         "newest_feed",
+        "verify_checkpoint",
+        "inclusion_proof",
+        "consistency_proof",
         "export_store",
         "verify_export",
     }
@@ -169,6 +182,8 @@ NOT_CALLED = {
 
 DAMAGES = {
     "owned-tables-dropped": [
+        "DROP TABLE checkpoints",
+        "DROP TABLE tree_tiles",
         "DROP TABLE follower_positions",
         "DROP TABLE delivery_bindings",
         "DROP TABLE operations",

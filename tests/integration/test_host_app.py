@@ -121,9 +121,19 @@ def _tables(engine: Engine) -> set[str]:
         return set(inspect(connection).get_table_names())
 
 
-def test_owned_tables_are_the_five() -> None:
+def test_owned_tables_are_the_seven() -> None:
     assert (
-        frozenset({"runs", "events", "operations", "delivery_bindings", "follower_positions"})
+        frozenset(
+            {
+                "runs",
+                "events",
+                "operations",
+                "delivery_bindings",
+                "follower_positions",
+                "tree_tiles",
+                "checkpoints",
+            }
+        )
         == cadence_store.OWNED_TABLES
     )
     assert frozenset(OWNED) == cadence_store.OWNED_TABLES

@@ -1,0 +1,157 @@
+"""The transparency tree's statements: leaves in feed order, tiles, recorded checkpoints.
+
+A leaf is read from `events` (its position and the fields of its leaf data); the tree's
+stored hashes are rows of `tree_tiles` (`models.TreeTileRow`), read one tile at a time
+(a proof asks for its O(log n) tiles together) or a level's range in order (a
+verification streams them beside the leaves), and written by an upsert that rewrites a
+right-edge tile as it fills.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ClauseElement
+
+from .models import checkpoints, events, runs, tree_tiles
+from .rows import (
+    CheckpointRow,
+    EventPlaceRow,
+    LeafRow,
+    LockedRow,
+    NewestSequenceRow,
+    TreeSizeRow,
+    TreeTileRow,
+)
+from .statements import Query, Write
+
+# the checkpoint transactions' pg_advisory_xact_lock key (one checkpoint at a time),
+# hashed like the feed's from a text no run key can be
+CHECKPOINT_LOCK_KEY: Final = int.from_bytes(
+    hashlib.sha256(b"cadence_store.checkpoint").digest()[:8], "big", signed=True
+)
+_TILE_COLUMNS: Final = (
+    tree_tiles.c.tile_level,
+    tree_tiles.c.tile_index,
+    tree_tiles.c.width,
+    tree_tiles.c.hashes,
+)
+_CHECKPOINT_COLUMNS: Final = (
+    checkpoints.c.checkpoint_id,
+    checkpoints.c.tree_size,
+    checkpoints.c.origin,
+    checkpoints.c.root_hash,
+    checkpoints.c.note,
+    checkpoints.c.recorded_at,
+)
+
+
+def _upsert_tile(dialect_name: str) -> ClauseElement:
+    dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+    statement = dialect_insert(tree_tiles).values(
+        tile_level=bindparam("tile_level"),
+        tile_index=bindparam("tile_index"),
+        width=bindparam("width"),
+        hashes=bindparam("hashes"),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[tree_tiles.c.tile_level, tree_tiles.c.tile_index],
+        set_={"width": statement.excluded.width, "hashes": statement.excluded.hashes},
+    )
+
+
+CHECKPOINT_LOCK: Final = Query(
+    "checkpoint_lock",
+    lambda _: select(func.pg_advisory_xact_lock(bindparam("key"))),
+    LockedRow,
+)
+# the tree's size: positions are gap-free from 1, so the highest one numbered
+TREE_SIZE: Final = Query(
+    "tree_size",
+    lambda _: select(func.coalesce(func.max(events.c.feed_position), 0)),
+    TreeSizeRow,
+)
+# leaves `after + 1 ..` up to position `through`, in position order (a page of `limit`)
+LEAF_PAGE: Final = Query(
+    "leaf_page",
+    lambda _: (
+        select(events.c.feed_position, events.c.run_id, events.c.sequence, events.c.event_hash)
+        .where(
+            and_(
+                events.c.feed_position > bindparam("after"),
+                events.c.feed_position <= bindparam("through"),
+            )
+        )
+        .order_by(events.c.feed_position)
+        .limit(bindparam("limit"))
+    ),
+    LeafRow,
+)
+EVENT_PLACE: Final = Query(
+    "event_place",
+    lambda _: select(events.c.feed_position, events.c.event_hash).where(
+        and_(events.c.run_id == bindparam("run_id"), events.c.sequence == bindparam("sequence"))
+    ),
+    EventPlaceRow,
+)
+NEWEST_SEQUENCE: Final = Query(
+    "newest_sequence",
+    lambda _: select(runs.c.sequence).where(runs.c.run_id == bindparam("run_id")),
+    NewestSequenceRow,
+)
+TILE: Final = Query(
+    "tile",
+    lambda _: select(*_TILE_COLUMNS).where(
+        and_(
+            tree_tiles.c.tile_level == bindparam("tile_level"),
+            tree_tiles.c.tile_index == bindparam("tile_index"),
+        )
+    ),
+    TreeTileRow,
+)
+# a level's tiles from `first` on, in order (a verification's page)
+TILE_PAGE: Final = Query(
+    "tile_page",
+    lambda _: (
+        select(*_TILE_COLUMNS)
+        .where(
+            and_(
+                tree_tiles.c.tile_level == bindparam("tile_level"),
+                tree_tiles.c.tile_index >= bindparam("first"),
+            )
+        )
+        .order_by(tree_tiles.c.tile_index)
+        .limit(bindparam("limit"))
+    ),
+    TreeTileRow,
+)
+UPSERT_TILE: Final = Write("upsert_tile", _upsert_tile)
+NEWEST_CHECKPOINT: Final = Query(
+    "newest_checkpoint",
+    lambda _: select(*_CHECKPOINT_COLUMNS).order_by(checkpoints.c.checkpoint_id.desc()).limit(1),
+    CheckpointRow,
+)
+CHECKPOINT_OF_SIZE: Final = Query(
+    "checkpoint_of_size",
+    lambda _: (
+        select(*_CHECKPOINT_COLUMNS)
+        .where(checkpoints.c.tree_size == bindparam("tree_size"))
+        .order_by(checkpoints.c.checkpoint_id.desc())
+        .limit(1)
+    ),
+    CheckpointRow,
+)
+INSERT_CHECKPOINT: Final = Write(
+    "insert_checkpoint",
+    lambda _: checkpoints.insert().values(
+        checkpoint_id=bindparam("checkpoint_id"),
+        tree_size=bindparam("tree_size"),
+        origin=bindparam("origin"),
+        root_hash=bindparam("root_hash"),
+        note=bindparam("note"),
+        recorded_at=bindparam("recorded_at"),
+    ),
+)
