@@ -21,7 +21,8 @@ this tree side by side (`python -m benchmarks.sqlite_gap`, docs/performance.md):
 `--write-path BEFORE AFTER` runs it in each tree in its own process, alternated in a
 fresh random order each pair, and records the ratio of the two trees' `store_url / floor`
 medians (the floor, hand-written SQL on the same disk in the same process, takes the
-disk's moods out) under `write_path` in the same JSON.
+disk's moods out), and of `RunStore.transition`'s µs without fsync
+(`benchmarks.write_path_cpu`: CPU alone), under `write_path` in the same JSON.
 """
 
 from __future__ import annotations
@@ -315,6 +316,11 @@ def write_path(before: Path, after: Path, pairs: int, rounds: int) -> dict[str, 
                         "store_url_over_floor": run["ratios"]["store_url/floor"],
                     }
                 )
+                cpu = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.write_path_cpu", "--rounds", "30"],
+                    cwd=tree, env=environment, check=True, capture_output=True, text=True,
+                )  # fmt: skip
+                found[name][-1].update(_layer_microseconds(cpu.stdout))
                 print(f"  write path, {name} {pair + 1}: {found[name][-1]}", file=sys.stderr)
 
     def median(name: str, key: str) -> float:
@@ -333,7 +339,22 @@ def write_path(before: Path, after: Path, pairs: int, rounds: int) -> dict[str, 
         "cpu_ratio_after_before": round(
             median("after", "store_url_cpu_ms") / median("before", "store_url_cpu_ms"), 4
         ),
+        "no_fsync_transition_ratio_after_before": round(
+            median("after", "transition_us") / median("before", "transition_us"), 4
+        ),
     }
+
+
+def _layer_microseconds(table_text: str) -> dict[str, float]:
+    """`RunStore.transition` and the floor's µs from `benchmarks.write_path_cpu`'s table
+    (SQLite without fsync: CPU alone)."""
+    found = {}
+    for line in table_text.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0] in {"RunStore.transition", "floor"}:
+            key = "transition_us" if cells[0] == "RunStore.transition" else "floor_us"
+            found[key] = float(cells[1])
+    return found
 
 
 def main() -> None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -442,3 +444,19 @@ def test_a_rewrite_that_also_clears_the_stored_tree(attacked: Attacked, tamper: 
             list(proof.hashes),
         )  # fmt: skip
     assert info.value.code == MISMATCH
+
+
+def test_the_console_script_exits_1_on_a_rewritten_store(attacked: Attacked, tamper: Any) -> None:
+    """The installed `cadence-store` in a process of its own: the exit status an
+    auditor's script sees, the code on standard error, and exit 0 before the attack."""
+    script = shutil.which("cadence-store", path=str(Path(sys.executable).parent))
+    assert script is not None, "the cadence-store console script is not installed"
+    command = [script, "verify", "--url", attacked.url, "--checkpoint", str(attacked.note_file)]
+    command += ["--vkey", attacked.vkey]
+    before = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert before.returncode == 0, before.stderr
+    run_id = attacked.ids("long")
+    tamper(lambda c: rewrite_history(c, run_id, 7, {"code": "rewritten-pause"}))
+    after = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert after.returncode == 1, after.stdout
+    assert MISMATCH in after.stderr, after.stderr
