@@ -35,7 +35,7 @@ from ..storage.tree_statements import (
     TREE_SIZE,
 )
 from .core import JournalAccess
-from .tree_tiles import StoredTree, extend, leaf_hash_of, leaves
+from .tree_tiles import StoredNodeCheck, StoredTree, extend, leaf_hash_of, leaves
 
 CHECKPOINT_NOT_FOUND = "checkpoint-not-found"
 LEAF_NOT_IN_TREE = "leaf-not-in-tree"
@@ -99,7 +99,8 @@ class TreeCheckpoints:
             )
         newest = sql.one(NEWEST_CHECKPOINT)
         stored = 0 if newest is None else min(int(newest.tree_size), size)
-        compact = CompactRange()
+        nodes = StoredNodeCheck(StoredTree(sql), stored)
+        compact = CompactRange(visit=nodes.node)
         departed: LeafRow | None = None  # the first leaf that differs from the tiles
         kept = _stored_leaf_hashes(sql)
         for row in leaves(sql, 0, max(checkpoint.size, stored)):
@@ -118,6 +119,11 @@ class TreeCheckpoints:
                 f" {departed.sequence}) differs from the stored tree",
                 run_id=departed.run_id,
                 sequence=int(departed.sequence),
+            )
+        if nodes.departed is not None:
+            raise CheckpointError(
+                "checkpoint-mismatch",
+                f"the stored tree's hash of {nodes.departed} is not the events'",
             )
         return size
 

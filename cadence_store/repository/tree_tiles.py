@@ -116,6 +116,34 @@ class TileWriter:
         self.tiles_written += 1
 
 
+class StoredNodeCheck:
+    """A `CompactRange` visitor for a verification: each subtree completed on a tile level
+    above the leaves (8, 16, ...) within the first `stored` leaves is compared with the
+    stored tiles, read one tile at a time; `departed` is the first that differs."""
+
+    __slots__ = ("_hashes", "_open", "_stored", "_tree", "departed")
+
+    def __init__(self, tree: StoredTree, stored: int) -> None:
+        self._tree = tree
+        self._stored = stored
+        self._open: dict[int, TileKey] = {}  # per tile level: the tile read last
+        self._hashes: dict[int, list[bytes]] = {}
+        self.departed: NodeId | None = None
+
+    def node(self, node: NodeId, hash_: bytes) -> None:
+        level, rest = divmod(node.level, TILE_HEIGHT)
+        if rest or self.departed is not None or (node.index + 1) << node.level > self._stored:
+            return
+        key = (level, node.index >> TILE_HEIGHT)
+        if self._open.get(level) != key:
+            self._open[level] = key
+            self._hashes[level] = split_hashes(self._tree.tiles([key]).get(key, b""))
+        kept = self._hashes[level]
+        offset = node.index & ((1 << TILE_HEIGHT) - 1)
+        if offset >= len(kept) or kept[offset] != hash_:
+            self.departed = node
+
+
 def leaves(sql: Statements, after: int, through: int) -> Iterator[LeafRow]:
     """The leaves at positions `after + 1 ..= through`, in order, read in pages;
     `checkpoint-mismatch` at a missing position (the feed is gap-free from 1, so a gap is
@@ -163,4 +191,12 @@ def extend(sql: Statements, tree: StoredTree, size: int, new_size: int) -> Compa
     return compact
 
 
-__all__ = ["LEAF_BATCH", "StoredTree", "TileWriter", "extend", "leaf_hash_of", "leaves"]
+__all__ = [
+    "LEAF_BATCH",
+    "StoredNodeCheck",
+    "StoredTree",
+    "TileWriter",
+    "extend",
+    "leaf_hash_of",
+    "leaves",
+]

@@ -51,7 +51,7 @@ def run(request: Request) -> Response:
             "eventPage": page.event_page,
             "eventPages": page.event_pages,
             "verification": verification,
-            "checkpoint": None,
+            "checkpoint": None if page.checkpoint is None else page.checkpoint.to_json(),
         }
     )
 

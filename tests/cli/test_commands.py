@@ -39,6 +39,9 @@ COMMANDS = [
     ["demo"],
     ["follow"],
     ["serve"],
+    ["keygen"],
+    ["checkpoint"],
+    ["prove"],
 ]
 
 RECEIPT = "a" * 64

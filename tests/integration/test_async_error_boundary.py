@@ -27,11 +27,16 @@ from cadence_store import (
     BindDelivery,
     CadenceStoreError,
     OperationLease,
+    generate_signer_key,
     upgrade_async,
 )
 from cadence_store.async_store import async_database_url
+from cadence_store.journal.notes import Checkpoint, sign_checkpoint
 from cadence_store.storage.models import metadata, runs
 
+SIGNER = generate_signer_key("walk.example")
+# a note whose signature verifies: its check goes on to read the store
+ONE_LEAF_NOTE = sign_checkpoint(Checkpoint("walk.example", 1, bytes(32)), SIGNER)
 READ_FAILED = "run-store-read-failed"
 WRITE_FAILED = "run-store-write-failed"
 RECEIPT = "a" * 64
@@ -167,6 +172,11 @@ STORE_CALLS: dict[str, tuple[str, Invoke]] = {
     "follow": (READ_OR_NUMBERING_FAILED, _follow_once),
     # the host's own statement was refused: the host's failure (HostWriteError)
     "unit_of_work": ("run-store-host-write-failed", _host_statement_in_unit_of_work),
+    # the transparency tree: a checkpoint numbers the feed first (a write)
+    "checkpoint": (WRITE_FAILED, _call(SIGNER)),
+    "verify_checkpoint": (READ_FAILED, _call(ONE_LEAF_NOTE, SIGNER.verifier())),
+    "inclusion_proof": (READ_FAILED, _call("RUN")),
+    "consistency_proof": (READ_FAILED, _call(0, 0)),
 }
 STORE_WITHOUT_DATABASE_WORK = {"aclose", "open"}  # open: RunStore.open, tested there
 

@@ -110,6 +110,17 @@ def test_a_store_that_grew_still_verifies_its_old_checkpoints(store: RunStore, d
         assert store.verify_checkpoint(note, VKEY).tree_size == 307
 
 
+def test_a_checkpoint_numbers_what_is_left_unnumbered(store: RunStore, db: Engine) -> None:
+    grow(store, 6, "n")
+    flush_notifiers()
+    with db.begin() as connection:  # as a writer that died between commit and numbering
+        connection.execute(text("UPDATE events SET feed_position = NULL WHERE feed_position > 2"))
+    signed = store.checkpoint(KEY)
+    assert signed.size == 6
+    assert signed.root_hash == merkle.root_of(feed_leaves(db)).hex()
+    assert store.verify_checkpoint(signed.note, VKEY).tree_size == 6
+
+
 def test_an_empty_store_signs_the_empty_tree(store: RunStore) -> None:
     signed = store.checkpoint(KEY)
     assert (signed.size, signed.root_hash) == (0, merkle.EMPTY_ROOT.hex())
@@ -247,6 +258,24 @@ def test_verification_names_the_first_event_that_departs(store: RunStore, db: En
     assert mismatch.value.code == "checkpoint-mismatch"
     assert (mismatch.value.run_id, mismatch.value.sequence) == (ids[10], 1)
     assert mismatch.value.expected == signed.root_hash
+
+
+def test_an_altered_upper_tile_is_found_by_verification(
+    store: RunStore, db: Engine, rejected: Callable[..., Any]
+) -> None:
+    grow(store, 300, "u")  # one full tile of leaves: its root is on tile level 1
+    signed = store.checkpoint(KEY)
+    with db.begin() as connection:
+        connection.execute(
+            text("UPDATE tree_tiles SET hashes = :hashes WHERE tile_level = 1"),
+            {"hashes": bytes(32)},
+        )
+    with pytest.raises(CheckpointError) as mismatch:
+        store.verify_checkpoint(signed.note, VKEY)  # the events still have the signed root
+    assert mismatch.value.code == "checkpoint-mismatch"
+    assert "NodeId(level=8, index=0)" in str(mismatch.value)
+    with rejected(CheckpointError, "checkpoint-mismatch"):
+        store.checkpoint(KEY)
 
 
 def test_a_store_with_fewer_leaves_is_a_rollback(store: RunStore, db: Engine) -> None:

@@ -3,6 +3,7 @@ for real, refused when `auth` says no, hostile data escaped, coded errors."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections import deque
@@ -206,3 +207,27 @@ def test_the_counts_are_kept_for_their_max_age(run_store: RunStore) -> None:
         assert kept.get("/api/runs").json()["counts"]["runs"] == 2  # read under 30 s ago
         assert fresh.get("/api/runs").json()["counts"]["runs"] == 3
         assert len(kept.get("/api/runs").json()["runs"]) == 3  # the listing is never kept
+
+
+def test_a_run_covered_by_a_checkpoint_shows_it_and_its_proof(
+    client: TestClient, run_store: RunStore
+) -> None:
+    from cadence_store import generate_signer_key
+    from cadence_store.journal.merkle import feed_leaf_hash, verify_inclusion
+    from cadence_store.journal.notes import verify_checkpoint
+
+    key = generate_signer_key("web.example")
+    run = run_store.start_run("abel-implement", change="covered", operation_id="covered-1")
+    assert "no signed checkpoint covers this run" in client.get(f"/runs/{run.run_id}").text
+    assert client.get(f"/api/runs/{run.run_id}").json()["checkpoint"] is None
+    signed = run_store.checkpoint(key)
+    assert "covered by the checkpoint of tree size 1" in client.get(f"/runs/{run.run_id}").text
+    covering = client.get(f"/api/runs/{run.run_id}").json()["checkpoint"]
+    assert covering["note"] == signed.note
+    head = verify_checkpoint(covering["note"], key.verifier())
+    event = run_store.list_events(run.run_id)[-1]
+    leaf = feed_leaf_hash(run.run_id, event.sequence, event.hash)
+    proof = [base64.b64decode(hash_) for hash_ in covering["hashes"]]
+    verify_inclusion(leaf, covering["leafIndex"], covering["treeSize"], proof, head.root_hash)
+    run_store.transition(run.run_id, "paused", operation_id="covered-2")  # grew since
+    assert client.get(f"/api/runs/{run.run_id}").json()["checkpoint"] is None
