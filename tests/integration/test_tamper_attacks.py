@@ -250,7 +250,9 @@ def test_the_untouched_store_verifies_against_its_checkpoint(attacked: Attacked)
     assert result.exit_code == 0, result.output
     with RunStore(attacked.url, root_hash=ROOT_HASH) as store:
         report = store.verify_checkpoint(attacked.template.note, attacked.vkey)
-    assert report is not None
+    size = attacked.template.size
+    assert (report.size, report.tree_size, report.runs_verified) == (size, size, 4)
+    assert report.events_verified == size
 
 
 def test_a_store_that_grew_after_the_checkpoint_verifies(attacked: Attacked) -> None:
@@ -262,6 +264,9 @@ def test_a_store_that_grew_after_the_checkpoint_verifies(attacked: Attacked) -> 
     assert grown.size == attacked.template.size + 2
     result = checkpoint_verify(attacked)
     assert result.exit_code == 0, result.output
+    with RunStore(attacked.url, root_hash=ROOT_HASH) as store:
+        report = store.verify_checkpoint(attacked.template.note, attacked.vkey)
+    assert (report.size, report.tree_size) == (attacked.template.size, grown.size)
 
 
 # -- attacks -----------------------------------------------------------------------------
