@@ -5,6 +5,8 @@ the proofs are reads."""
 
 from __future__ import annotations
 
+import logging
+
 from ..errors import InvalidInputError
 from ..journal.note_keys import (
     CHECKPOINT_KEY_INVALID,
@@ -24,6 +26,8 @@ from ..repository.checkpoints import TreeCheckpoints
 from ..repository.core import Clock, JournalAccess
 from ..repository.run_repository import RunRepository
 from .transactions import Transactions
+
+logger = logging.getLogger(__name__)
 
 
 def _part(runs: RunRepository, clock: Clock | None = None) -> TreeCheckpoints:
@@ -56,7 +60,16 @@ def checkpoint(
     signer = signer_of(key)
     origin = signer.name if origin is None else origin
     transactions.write(lambda runs: runs.number_feed())
-    return transactions.write(lambda runs: _part(runs, clock).checkpoint(signer, origin))
+    signed = transactions.write(lambda runs: _part(runs, clock).checkpoint(signer, origin))
+    # the key's name and id only: they are in the note too
+    logger.debug(
+        "cadence-store: checkpoint of %d leaves (root %s) signed by %s+%08x",
+        signed.size,
+        signed.root_hash,
+        signer.name,
+        signer.key_id,
+    )
+    return signed
 
 
 def verify(

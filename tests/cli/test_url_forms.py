@@ -32,10 +32,11 @@ import pytest
 from sqlalchemy.engine import make_url
 from support import ROOT_HASH
 
-from cadence_store import RunStore, upgrade
+from cadence_store import RunStore, generate_signer_key, upgrade
 from cadence_store.cli import main
 from cadence_store.cli.render import with_additions
 from cadence_store.journal import js_stringify
+from cadence_store.journal.note_keys import parse_signer_key
 from cadence_store.storage.schema import head_revision
 from cadence_store.transfer import export_store
 
@@ -416,6 +417,34 @@ def _serve(call: Call) -> None:
     assert call.seeded.run_id in body
     assert process.returncode == 0, err
     assert SECRET not in line + out + err + body
+
+
+@check("keygen")
+def _keygen(call: Call) -> None:
+    # no database: the key file and the verifier key
+    out = call.tmp_path / "forms.key"
+    made = call.cli("keygen", "forms.example", "--out", str(out))
+    assert made.exit_code == 0, made.output
+    assert parse_signer_key(out.read_text().strip()).verifier().encode() == made.stdout.strip()
+
+
+@check("checkpoint")
+def _checkpoint(call: Call) -> None:
+    key = generate_signer_key("forms.example")
+    key_file = call.tmp_path / "forms.key"
+    key_file.write_text(key.encode())
+    note = call.ok("checkpoint", "--key", str(key_file)).stdout
+    report = call.store.verify_checkpoint(note, key.verifier())
+    assert report.runs_verified == len(call.store.run_ids())
+
+
+@check("prove")
+def _prove(call: Call) -> None:
+    signed = call.store.checkpoint(generate_signer_key("forms.example"))
+    note_file = call.tmp_path / "head.txt"
+    note_file.write_text(signed.note)
+    proof = json.loads(call.ok("prove", call.seeded.run_id, "--checkpoint", str(note_file)).stdout)
+    assert (proof["leaf"]["runId"], proof["treeSize"]) == (call.seeded.run_id, signed.size)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

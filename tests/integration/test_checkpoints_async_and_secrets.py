@@ -4,6 +4,7 @@ call leaves behind: spans, their events, error messages, reprs."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -53,13 +54,15 @@ def _everything_recorded(spans: list[Any]) -> str:
     return "\n".join(parts)
 
 
-def test_no_span_carries_the_signer_key(store_url: str) -> None:
+def test_no_span_or_log_record_carries_the_signer_key(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = KEY.encode()
     seed = secret.rsplit("+", 1)[1]
     broken = secret[:-6] + ("AAAA" if not secret.endswith("AAAA==") else "BBBB") + "=="
     with RunStore(store_url, root_hash=ROOT_HASH, clock=FakeClock()) as store:
         store.start_run("abel-implement", change="otel", operation_id="s-1")
-        with installed().recording() as telemetry:
+        with caplog.at_level(logging.DEBUG), installed().recording() as telemetry:
             store.checkpoint(secret)
             store.checkpoint(KEY)
             with pytest.raises(InvalidInputError) as refused:
@@ -67,6 +70,7 @@ def test_no_span_carries_the_signer_key(store_url: str) -> None:
         recorded = _everything_recorded(telemetry.spans())
     assert "cadence_store.checkpoint" in recorded  # traced like the other calls
     assert refused.value.code == "checkpoint-key-invalid"
-    for text in (recorded, str(refused.value), repr(refused.value), repr(KEY)):
+    assert "checkpoint of 1 leaves" in caplog.text  # logged, by the key's name and id only
+    for text in (recorded, caplog.text, str(refused.value), repr(refused.value), repr(KEY)):
         assert seed not in text
         assert broken.rsplit("+", 1)[1] not in text
