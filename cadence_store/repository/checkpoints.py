@@ -113,13 +113,7 @@ class TreeCheckpoints:
         if checkpoint.size == 0 and checkpoint.root_hash != merkle.EMPTY_ROOT:
             raise _mismatch(None, checkpoint, merkle.EMPTY_ROOT)
         if departed is not None:
-            raise CheckpointError(
-                "checkpoint-mismatch",
-                f"leaf {departed.position - 1} ({departed.run_id} sequence"
-                f" {departed.sequence}) differs from the stored tree",
-                run_id=departed.run_id,
-                sequence=int(departed.sequence),
-            )
+            raise _leaf_departs(departed, "the stored tree")
         if nodes.departed is not None:
             raise CheckpointError(
                 "checkpoint-mismatch",
@@ -234,13 +228,17 @@ def _check_still_signed(
     for row in leaves(sql, first, stored):
         offset = row.position - 1 - first
         if offset >= len(kept) or kept[offset] != leaf_hash_of(row):
-            raise CheckpointError(
-                "checkpoint-mismatch",
-                f"{row.run_id} sequence {row.sequence} differs from the leaf signed at"
-                f" {row.position - 1}",
-                run_id=row.run_id,
-                sequence=int(row.sequence),
-            )
+            raise _leaf_departs(row, "the leaf it signed")
+
+
+def _leaf_departs(row: LeafRow, what: str) -> CheckpointError:
+    """`checkpoint-mismatch` naming the event whose leaf differs from `what`."""
+    return CheckpointError(
+        "checkpoint-mismatch",
+        f"leaf {row.position - 1} ({row.run_id} sequence {row.sequence}) differs from {what}",
+        run_id=row.run_id,
+        sequence=int(row.sequence),
+    )
 
 
 def _stored_leaf_hashes(sql: Statements) -> Iterator[bytes]:

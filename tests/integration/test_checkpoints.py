@@ -21,7 +21,7 @@ from cadence_store import (
     generate_signer_key,
 )
 from cadence_store.journal import merkle
-from cadence_store.journal.notes import SignerKey, parse_checkpoint, parse_note, verify_checkpoint
+from cadence_store.journal.notes import parse_checkpoint, parse_note, verify_checkpoint
 from cadence_store.storage.feed_notifier import flush_notifiers
 
 KEY = generate_signer_key("example.com/runs")
@@ -453,7 +453,3 @@ def _wait_for_lock_waiters(db: Engine, count: int) -> None:
             connection.rollback()
             connection.execute(text("SELECT pg_sleep(0.01)"))
     raise AssertionError("the checkpoints never reached the lock")
-
-
-def test_signer_key_type_is_the_journals() -> None:
-    assert isinstance(KEY, SignerKey)
