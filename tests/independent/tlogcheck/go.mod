@@ -1,0 +1,3 @@
+module cadence.test/tlogcheck
+
+go 1.19
