@@ -16,7 +16,7 @@ from cadence_store.web.formatting import json_text
     "value",
     [
         {"state": "paused", "sequence": 7, "ok": True, "none": None, "list": [1, {"a": []}]},
-        {"text": "é \u2028 \U0001f600 \"quoted\" \\ <script>", "empty": {}, "float": 1.5},
+        {"text": 'é \u2028 \U0001f600 "quoted" \\ <script>', "empty": {}, "float": 1.5},
         {"lone": "lone \udc80 surrogate"},  # orjson refuses it: the stdlib writes it
         {"big": 2**70, "negative": -(2**63) - 1},  # beyond 64 bits: the stdlib
         deep_json(300),  # deeper than orjson writes: the stdlib, indented
