@@ -200,11 +200,12 @@ def read_run_page(
         cursor.check(projection.sequence)
         sql = runs.transaction.statements(write=False)
         one_run = {"run_id": run_id}
-        if cursor.before is not None:
-            events_read = (EVENTS_OF_RUN_BEFORE, {**one_run, "before": cursor.before})
-        else:
-            events_read = (EVENTS_OF_RUN_AFTER, {**one_run, "after": cursor.after or 0})
-        events_read[1]["limit"] = EVENTS_PER_PAGE
+        page_of_events = {**one_run, "limit": EVENTS_PER_PAGE}
+        events_read: tuple[Any, Mapping[str, Any]] = (
+            (EVENTS_OF_RUN_BEFORE, {**page_of_events, "before": cursor.before})
+            if cursor.before is not None
+            else (EVENTS_OF_RUN_AFTER, {**page_of_events, "after": cursor.after or 0})
+        )
         operation_reads: list[tuple[Any, Mapping[str, Any]]] = (
             [(OPERATION_ROWS_OF_RUN, one_run)]
             if all_operations
@@ -237,14 +238,15 @@ def read_run_page(
             )
         verification = verification_of(runs, run_id)
         checkpoint = covering_checkpoint(runs, run_id)
+    if all_operations:
+        [shown_rows] = operation_rows
+        left_out = 0
+    else:
+        leases, receipts, [(receipt_count,)] = operation_rows
+        shown_rows = leases + receipts
+        left_out = int(receipt_count) - len(receipts)
     now = clock()
-    operations = [
-        operation_record(OperationDetailRow(*row), run_id, now)
-        for rows in operation_rows[:2]
-        for row in rows
-    ]
-    receipts = len(operation_rows[1]) if len(operation_rows) > 1 else 0
-    left_out = int(operation_rows[2][0][0]) - receipts if len(operation_rows) > 2 else 0
+    operations = [operation_record(OperationDetailRow(*row), run_id, now) for row in shown_rows]
     created_at, updated_at = times[0] if times else (None, None)
     detail = RunDetail(
         projection=projection,
