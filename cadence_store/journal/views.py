@@ -16,7 +16,7 @@ from pydantic import StrictInt, StrictStr
 
 from ..errors import CadenceStoreError, InvalidInputError
 from .documents import stored_outcome, stored_projection
-from .projection import apply_event
+from .projection import apply_event_in_place
 from .validation import is_safe_integer, is_storable, require_change, require_root_hash
 from .values import ApprovalProof, CadenceValue, RunEvent, RunProjection
 from .vocabulary import (
@@ -191,7 +191,8 @@ def state_path(events: Iterable[EventFields], since: int = 0) -> tuple[TimelineE
     for sequence, type_, payload, hash_, recorded_at in events:
         fields = payload if isinstance(payload, Mapping) else {}
         try:
-            projection = apply_event(projection, sequence, type_, fields, hash_)
+            # the fold's projection is its own: only its state and code leave it
+            projection = apply_event_in_place(projection, sequence, type_, fields, hash_)
         except CadenceStoreError as error:
             entries.append(
                 TimelineEntry(
