@@ -1,8 +1,10 @@
 """The web view's render times: `python -m benchmarks.web [--runs N] [--engines ...]`.
 
-Renders `/`, each filter, a deep page of the runs list and a 5,000-event run's page
-through the ASGI app in process (Starlette's TestClient: the server's work, no network),
-and prints p50/p95 per page and engine; writes `benchmarks/web-results.json`.
+Renders `/`, each filter, a deep page of the runs list (and the page before it, by
+keyset), and a 5,000-event run's first and last pages of events through the ASGI app in
+process (Starlette's TestClient: the server's work, no network), and prints p50/p95 per
+page and engine; also times `verify_integrity` of the 5,000-event run alone (every page
+of a run verifies its whole chain). Writes `benchmarks/web-results.json`.
 
 The store: a few runs written by the library (one per state, and the 5,000-event run),
 then cloned in bulk by SQL to `--runs` runs of about ten events each (ids `b1...`). The
@@ -193,7 +195,26 @@ def pages(runs: int, long_run: str) -> dict[str, str]:
         "id prefix": f"/?id=b{CLONE_BASE // 10 + 1}00",
         "updated range": "/?updated_after=1&updated_before=99999999999999",
         f"page {deep_page:,}": f"/?after={after}",
+        f"page {deep_page:,}, back": f"/?before=b{CLONE_BASE + deep_page * 50}",
         f"run, {LONG_RUN_EVENTS:,} events": f"/runs/{long_run}",
+        f"run, {LONG_RUN_EVENTS:,} events, last page": (
+            f"/runs/{long_run}?before={LONG_RUN_EVENTS + 1}"
+        ),
+    }
+
+
+def verify_ms(store: RunStore, run_id: str, rounds: int) -> dict[str, float]:
+    """p50 and p95 (ms) of `verify_integrity(run_id)`, after one warm-up."""
+    store.verify_integrity(run_id)
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        store.verify_integrity(run_id)
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    return {
+        "p50_ms": round(statistics.median(samples), 1),
+        "p95_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.95))], 1),
     }
 
 
@@ -239,6 +260,7 @@ def main() -> None:
                     "runs": counts.runs,
                     "events": counts.events,
                     "counts_ms": counts_ms,
+                    "verify_long_run": verify_ms(store, long_run, arguments.rounds),
                     "pages": {},
                 }
                 with TestClient(create_app(store)) as client:
@@ -255,17 +277,20 @@ def main() -> None:
                 store.close()
     print(f"\nweb view render times, {arguments.rounds} renders each (ms)")
     engines = list(results["engines"])
-    print(f"{'page':<24}" + "".join(f"{e + ' p50':>16}{e + ' p95':>16}" for e in engines))
+    print(f"{'page':<34}" + "".join(f"{e + ' p50':>16}{e + ' p95':>16}" for e in engines))
     names = list(next(iter(results["engines"].values()))["pages"])
     for name in names:
         row = "".join(
             f"{results['engines'][e]['pages'][name]['p50_ms']:>16}{results['engines'][e]['pages'][name]['p95_ms']:>16}"
             for e in engines
         )
-        print(f"{name:<24}{row}")
+        print(f"{name:<34}{row}")
     for e in engines:
+        verify = results["engines"][e]["verify_long_run"]
         print(
-            f"{e}: {results['engines'][e]['runs']:,} runs, {results['engines'][e]['events']:,} events"
+            f"{e}: {results['engines'][e]['runs']:,} runs, {results['engines'][e]['events']:,} events;"
+            f" verify_integrity of the {LONG_RUN_EVENTS:,}-event run p50 {verify['p50_ms']} ms,"
+            f" p95 {verify['p95_ms']} ms"
         )
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")

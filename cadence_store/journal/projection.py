@@ -194,6 +194,14 @@ def apply_event(
     return _fold(projection, sequence, type_, payload, hash_, owned=False)
 
 
+def apply_event_in_place(
+    projection: Document | None, sequence: int, type_: str, payload: Mapping[str, Any], hash_: str
+) -> Document | None:
+    """`apply_event` on a projection the caller alone holds, updated in place (no copy
+    per event: a fold of a whole chain that keeps only what it reads on the way)."""
+    return _fold(projection, sequence, type_, payload, hash_, owned=True)
+
+
 def event_after(
     projection: Document,
     run_id: str,
@@ -456,6 +464,7 @@ def reduce_events(events: Iterable[RunEvent | Mapping[str, Any]]) -> RunProjecti
 __all__ = [
     "ChainVerifier",
     "apply_event",
+    "apply_event_in_place",
     "event_after",
     "compare_canonical_strings",
     "reduce_documents",

@@ -16,7 +16,7 @@ from pydantic import StrictInt, StrictStr
 
 from ..errors import CadenceStoreError, InvalidInputError
 from .documents import stored_outcome, stored_projection
-from .projection import apply_event
+from .projection import apply_event_in_place
 from .validation import is_safe_integer, is_storable, require_change, require_root_hash
 from .values import ApprovalProof, CadenceValue, RunEvent, RunProjection
 from .vocabulary import (
@@ -172,30 +172,42 @@ def state_timeline(events: Iterable[RunEvent]) -> tuple[TimelineEntry, ...]:
     path of a run whose hashes were damaged still shows; an event that cannot be applied
     ends the path with an entry naming its error code.
     """
+    return state_path(
+        (event.sequence, event.type, event.payload, event.hash, event.recorded_at)
+        for event in events
+    )
+
+
+# (sequence, type, payload, hash, recorded_at) of an event, its payload already parsed
+EventFields = tuple[int, str, Any, str, "int | None"]
+
+
+def state_path(events: Iterable[EventFields], since: int = 0) -> tuple[TimelineEntry, ...]:
+    """`state_timeline` of events given as plain fields (no model per event: a long
+    chain is folded whole to show a page of it); entries of events up to `since` are
+    folded but left out."""
     entries: list[TimelineEntry] = []
     projection: dict[str, Any] | None = None
-    for event in events:
-        payload = event.payload if isinstance(event.payload, Mapping) else {}
+    for sequence, type_, payload, hash_, recorded_at in events:
+        fields = payload if isinstance(payload, Mapping) else {}
         try:
-            projection = apply_event(projection, event.sequence, event.type, payload, event.hash)
+            # the fold's projection is its own: only its state and code leave it
+            projection = apply_event_in_place(projection, sequence, type_, fields, hash_)
         except CadenceStoreError as error:
             entries.append(
                 TimelineEntry(
-                    sequence=event.sequence,
-                    event=event.type,
-                    error=error.code,
-                    recorded_at=event.recorded_at,
+                    sequence=sequence, event=type_, error=error.code, recorded_at=recorded_at
                 )
             )
             break
-        if projection is not None and event.type in STATE_SETTING_EVENTS:
+        if projection is not None and type_ in STATE_SETTING_EVENTS and sequence > since:
             entries.append(
                 TimelineEntry(
-                    sequence=event.sequence,
-                    event=event.type,
+                    sequence=sequence,
+                    event=type_,
                     state=projection["state"],
                     code=projection.get("pauseCode"),
-                    recorded_at=event.recorded_at,
+                    recorded_at=recorded_at,
                 )
             )
     return tuple(entries)
@@ -210,6 +222,7 @@ __all__ = [
     "TimelineEntry",
     "check_run_listing",
     "lease_standing",
+    "state_path",
     "state_timeline",
     "stored_outcome",
     "stored_projection",

@@ -63,8 +63,21 @@ def _listing_parameters(listing: RunListing) -> dict[str, Any]:
 
 def list_runs(sql: Statements, listing: RunListing) -> list[RunProjection]:
     """The stored projections of the runs that match, in run id order."""
-    rows = sql.all(listing_statement(listing), **_listing_parameters(listing))
-    return [stored_projection(row.projection_json, row.run_id) for row in rows]
+    return [projection for projection, _, _ in listed_runs(sql, listing)]
+
+
+def listed_runs(
+    sql: Statements, listing: RunListing, *, backwards: bool = False
+) -> list[tuple[RunProjection, int | None, int | None]]:
+    """The runs that match, each (its stored projection, created_at, updated_at), in run
+    id order; `backwards`: those before `listing.after`, in descending order (a keyset
+    page back)."""
+    statement = listing_statement(listing, backwards=backwards)
+    rows = sql.all(statement, **_listing_parameters(listing))
+    return [
+        (stored_projection(row.projection_json, row.run_id), row.created_at, row.updated_at)
+        for row in rows
+    ]
 
 
 def counts(sql: Statements) -> StoreCounts:
@@ -80,7 +93,9 @@ def counts(sql: Statements) -> StoreCounts:
     )
 
 
-def _binding(row: BindingDetailRow, run_id: str) -> BindingRecord:
+def binding_record(row: BindingDetailRow, run_id: str) -> BindingRecord:
+    """A `delivery_bindings` row as shown; `run-projection-integrity-mismatch` for one
+    the chain could not have written."""
     try:
         proof = None
         if row.approval_revision is not None:
@@ -101,7 +116,8 @@ def _binding(row: BindingDetailRow, run_id: str) -> BindingRecord:
         raise JournalIntegrityError("run-projection-integrity-mismatch", run_id=run_id) from None
 
 
-def _operation(row: OperationDetailRow, run_id: str, now: int) -> OperationRecord:
+def operation_record(row: OperationDetailRow, run_id: str, now: int) -> OperationRecord:
+    """An `operations` row as shown; `now` judges whether its lease is live."""
     if row.state not in OPERATION_STATE_NAMES:
         raise JournalIntegrityError("operation-state-invalid", run_id=run_id)
     return OperationRecord(
@@ -126,12 +142,20 @@ def run_detail(
     created_at, updated_at = (None, None) if times is None else times
     return RunDetail(
         projection=projection,
-        delivery_bindings=tuple(_binding(row, run_id) for row in bindings),
-        operations=tuple(_operation(row, run_id, now) for row in operation_rows),
+        delivery_bindings=tuple(binding_record(row, run_id) for row in bindings),
+        operations=tuple(operation_record(row, run_id, now) for row in operation_rows),
         timeline=state_timeline(events_of_run),
         created_at=created_at,
         updated_at=updated_at,
     )
 
 
-__all__ = ["counts", "list_runs", "listing_statement", "run_detail"]
+__all__ = [
+    "binding_record",
+    "counts",
+    "list_runs",
+    "listed_runs",
+    "listing_statement",
+    "operation_record",
+    "run_detail",
+]

@@ -6,16 +6,21 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, literal_column, select
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from ..journal.views import RunListing
-from .models import delivery_bindings, events, operations, runs
+from ..journal.vocabulary import KIND_LEASE, STATE_SETTING_EVENTS
+from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
     BindingDetailRow,
+    CountRow,
     CountsRow,
+    EventRow,
+    FoldEventRow,
+    HourCountRow,
+    ListedRunRow,
     OperationDetailRow,
-    RunProjectionRow,
     RunTimesRow,
     StateCountRow,
 )
@@ -60,10 +65,11 @@ BINDING_ROWS_OF_RUN: Final = Query(
     ),
     BindingDetailRow,
 )
+
+
 # the lease token itself is never read here, only whether there is one
-OPERATION_ROWS_OF_RUN: Final = Query(
-    "operation_rows_of_run",
-    lambda _: (
+def _operation_rows() -> Any:
+    return (
         select(
             operations.c.operation_id,
             operations.c.kind,
@@ -75,8 +81,95 @@ OPERATION_ROWS_OF_RUN: Final = Query(
         )
         .where(operations.c.run_id == bindparam("run_id"))
         .order_by(operations.c.operation_id)
-    ),
+    )
+
+
+OPERATION_ROWS_OF_RUN: Final = Query(
+    "operation_rows_of_run", lambda _: _operation_rows(), OperationDetailRow
+)
+
+# -- a run's page in the web view: one page of its events, its leases and the first of
+# its receipts, read through the primary keys (never the whole chain or every receipt)
+LEASE_ROWS_OF_RUN: Final = Query(
+    "lease_rows_of_run",
+    lambda _: _operation_rows().where(operations.c.kind == KIND_LEASE),
     OperationDetailRow,
+)
+RECEIPT_ROWS_OF_RUN_PAGE: Final = Query(
+    "receipt_rows_of_run_page",
+    lambda _: _operation_rows().where(operations.c.kind != KIND_LEASE).limit(bindparam("limit")),
+    OperationDetailRow,
+)
+RECEIPT_COUNT_OF_RUN: Final = Query(
+    "receipt_count_of_run",
+    lambda _: select(func.count()).where(
+        operations.c.run_id == bindparam("run_id"), operations.c.kind != KIND_LEASE
+    ),
+    CountRow,
+)
+# keyset pages of a run's events by sequence: the `limit` after `after`, in order, and the
+# `limit` before `before`, newest first (the caller turns them round)
+EVENTS_OF_RUN_AFTER: Final = Query(
+    "events_of_run_after",
+    lambda _: (
+        select(*EVENT_COLUMNS)
+        .where(events.c.run_id == bindparam("run_id"), events.c.sequence > bindparam("after"))
+        .order_by(events.c.sequence)
+        .limit(bindparam("limit"))
+    ),
+    EventRow,
+)
+EVENTS_OF_RUN_BEFORE: Final = Query(
+    "events_of_run_before",
+    lambda _: (
+        select(*EVENT_COLUMNS)
+        .where(events.c.run_id == bindparam("run_id"), events.c.sequence < bindparam("before"))
+        .order_by(events.c.sequence.desc())
+        .limit(bindparam("limit"))
+    ),
+    EventRow,
+)
+# a chain's events up to `until`, with only what folding them into states needs
+FOLD_EVENTS_OF_RUN: Final = Query(
+    "fold_events_of_run",
+    lambda _: (
+        select(
+            events.c.sequence,
+            events.c.type,
+            events.c.payload_json,
+            events.c.event_hash,
+            events.c.recorded_at,
+        )
+        .where(events.c.run_id == bindparam("run_id"), events.c.sequence <= bindparam("until"))
+        .order_by(events.c.sequence)
+        # the limit (`until` again) leads PostgreSQL to the key's order, not a sort
+        .limit(bindparam("limit"))
+    ),
+    FoldEventRow,
+)
+
+
+def _hour_of_event() -> ColumnElement[int]:
+    return (events.c.recorded_at // 3_600_000 * 3_600_000).label("hour")
+
+
+# the events that set the run's state, per hour of their time (events without one left out)
+STATE_CHANGES_PER_HOUR: Final = Query(
+    "state_changes_per_hour",
+    lambda _: (
+        select(_hour_of_event(), func.count())
+        .where(
+            events.c.run_id == bindparam("run_id"),
+            # the vocabulary's own names, written in the statement (compiled once)
+            events.c.type.in_(
+                [literal_column(f"'{name}'") for name in sorted(STATE_SETTING_EVENTS)]
+            ),
+            events.c.recorded_at.is_not(None),
+        )
+        .group_by("hour")
+        .order_by("hour")
+    ),
+    HourCountRow,
 )
 
 
@@ -86,9 +179,11 @@ def _one_of(column: ColumnElement[str], name: str, count: int) -> ColumnElement[
     return column.in_([bindparam(f"{name}_{i}") for i in range(count)])
 
 
-def listing_statement(listing: RunListing) -> Query[RunProjectionRow]:
-    """The statement of this listing's filter shape: the runs that match, in order."""
+def listing_statement(listing: RunListing, *, backwards: bool = False) -> Query[ListedRunRow]:
+    """The statement of this listing's filter shape: the runs that match, in order;
+    `backwards`: those before `after` (the cursor), newest id first."""
     return _listing(
+        backwards,
         len(listing.stages),
         len(listing.states),
         *(
@@ -109,6 +204,7 @@ def listing_statement(listing: RunListing) -> Query[RunProjectionRow]:
 # filters), made on first use and kept, so that each is compiled once
 @functools.cache
 def _listing(
+    backwards: bool,
     stages: int,
     states: int,
     change: bool,
@@ -117,9 +213,11 @@ def _listing(
     limit: bool,
     since: bool,
     until: bool,
-) -> Query[RunProjectionRow]:
+) -> Query[ListedRunRow]:
     def build(_dialect_name: str) -> ClauseElement:
-        statement = select(runs.c.run_id, runs.c.projection_json)
+        statement = select(
+            runs.c.run_id, runs.c.projection_json, runs.c.created_at, runs.c.updated_at
+        )
         if stages:
             statement = statement.where(_one_of(runs.c.stage, "stage", stages))
         if states:
@@ -129,16 +227,19 @@ def _listing(
         if root:
             statement = statement.where(runs.c.root_hash == bindparam("root_hash"))
         if after:
-            statement = statement.where(runs.c.run_id > bindparam("after"))
+            cursor: Any = bindparam("after")
+            statement = statement.where(
+                runs.c.run_id < cursor if backwards else runs.c.run_id > cursor
+            )
         # a run without times (cadence 1.x's, never appended to since) matches neither
         if since:
             statement = statement.where(runs.c.updated_at > bindparam("updated_after"))
         if until:
             statement = statement.where(runs.c.updated_at < bindparam("updated_before"))
         # keyset pagination: run ids in the engine's order, resumed after the last one seen
-        statement = statement.order_by(runs.c.run_id)
+        statement = statement.order_by(runs.c.run_id.desc() if backwards else runs.c.run_id)
         if limit:
             statement = statement.limit(bindparam("limit"))
         return statement
 
-    return Query("list_runs", build, RunProjectionRow)
+    return Query("list_runs_backwards" if backwards else "list_runs", build, ListedRunRow)

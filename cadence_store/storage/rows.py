@@ -170,6 +170,32 @@ class RunTimesRow(NamedTuple):
     updated_at: int | None
 
 
+class ListedRunRow(NamedTuple):
+    run_id: str
+    projection_json: str
+    created_at: int | None
+    updated_at: int | None
+
+
+class FoldEventRow(NamedTuple):
+    """What folding a chain into its states reads of an event (no hashes but its own)."""
+
+    sequence: int
+    type: str
+    payload_json: str
+    event_hash: str
+    recorded_at: int | None
+
+
+class HourCountRow(NamedTuple):
+    hour: int  # ms of the hour's start
+    events: int
+
+
+class CountRow(NamedTuple):
+    rows: int
+
+
 class UnnumberedRow(NamedTuple):
     """An event without a feed position exists; who may give it one (`FEED_UNNUMBERED`)."""
 

@@ -164,6 +164,12 @@ class RunStore(RunStoreCalls):
         )
 
     @property
+    def clock(self) -> Clock | None:
+        """The clock given to the store (None: the system's), which judges lease time."""
+        clock: Clock | None = self._clock
+        return clock
+
+    @property
     def dialect_name(self) -> str:
         """The engine's name (`sqlite`, `postgresql`)."""
         return str(self.engine.dialect.name)

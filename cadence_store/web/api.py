@@ -11,13 +11,9 @@ from ..errors import CadenceStoreError
 from ..storage.failures import READ, database_errors
 from ..storage.schema import assert_at_head
 from .pages import counts_of, store_of
-from .reads import (
-    RunFilters,
-    event_page_number,
-    read_run_page,
-    read_runs_page,
-)
+from .reads import RunFilters, read_runs_page
 from .rendering import json_response
+from .run_page import EventCursor, read_run_page
 
 
 def runs(request: Request) -> Response:
@@ -30,7 +26,10 @@ def runs(request: Request) -> Response:
             "runs": [run.to_dict() for run in page.runs],
             "next": None
             if page.next_after is None
-            else page.filters.query(after=page.next_after, back=page.filters.after),
+            else page.filters.page_query(after=page.next_after),
+            "previous": None
+            if page.previous_before is None
+            else page.filters.page_query(before=page.previous_before),
             "counts": page.counts.to_dict(),
             "countedAt": page.counted_at,
         }
@@ -38,9 +37,12 @@ def runs(request: Request) -> Response:
 
 
 def run(request: Request) -> Response:
-    """`/api/runs/{run_id}`: what the run's page shows (`?events=N`: that page of events)."""
-    number = event_page_number(request.query_params.get("events"))
-    page = read_run_page(store_of(request), request.path_params["run_id"], number)
+    """`/api/runs/{run_id}`: what the run's page shows, with every operation row
+    (`?after=` / `?before=` a sequence: that page of events)."""
+    cursor = EventCursor.from_query(request.query_params)
+    page = read_run_page(
+        store_of(request), request.path_params["run_id"], cursor, all_operations=True
+    )
     verification: dict[str, Any] = {"intact": page.verification.intact}
     if not page.verification.intact:
         verification.update(code=page.verification.code, sequence=page.verification.sequence)
@@ -48,8 +50,7 @@ def run(request: Request) -> Response:
         {
             "run": page.detail.to_dict(),
             "events": [event.to_dict() for event in page.events],
-            "eventPage": page.event_page,
-            "eventPages": page.event_pages,
+            "eventPage": page.window.to_dict(),
             "verification": verification,
             "checkpoint": None if page.checkpoint is None else page.checkpoint.to_json(),
         }

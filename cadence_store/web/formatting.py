@@ -10,6 +10,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from ..errors import InvalidInputError
 
 HASH_SHOWN = 12  # characters of a hash shown; the full value is in the title
@@ -31,8 +33,15 @@ def short_hash(value: str | None) -> str:
 
 
 def json_text(value: Any) -> str:
-    """Indented JSON for reading; compact when indenting nests too deep for the pure
-    Python encoder (stored JSON nests up to 512 levels, which the C encoder writes)."""
+    """Indented JSON for reading. orjson writes it (a page shows hundreds of payloads
+    and outcomes: the stdlib indents in pure Python); what orjson refuses (a lone
+    surrogate, an integer beyond 64 bits, over 255 levels) the stdlib writes, compact
+    when indenting nests too deep for its pure Python encoder (stored JSON nests up to
+    512 levels, which the C encoder writes)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        pass
     try:
         return json.dumps(value, indent=2, ensure_ascii=False)
     except RecursionError:

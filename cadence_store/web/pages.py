@@ -7,17 +7,9 @@ from starlette.responses import Response
 
 from ..journal.vocabulary import RUN_STATE_NAMES, STAGE_NAMES
 from ..store.run_store import RunStore
-from .reads import (
-    EVENTS_PER_PAGE,
-    CountsCache,
-    RunFilters,
-    event_page_number,
-    feed_per_hour,
-    read_feed_page,
-    read_run_page,
-    read_runs_page,
-)
+from .reads import CountsCache, RunFilters, feed_per_hour, read_feed_page, read_runs_page
 from .rendering import html_page
+from .run_page import EventCursor, read_run_page
 
 
 def store_of(request: Request) -> RunStore:
@@ -47,10 +39,11 @@ def runs_page(request: Request) -> Response:
 
 
 def run_page(request: Request) -> Response:
-    """`/runs/{run_id}`: the run, its events (a thousand a page), its verification."""
-    number = event_page_number(request.query_params.get("events"))
-    page = read_run_page(store_of(request), request.path_params["run_id"], number)
-    return html_page(request, "run.html", page=page, events_per_page=EVENTS_PER_PAGE)
+    """`/runs/{run_id}`: the run, a page of its events (`?after=` / `?before=` a
+    sequence), the whole chain's verification."""
+    cursor = EventCursor.from_query(request.query_params)
+    page = read_run_page(store_of(request), request.path_params["run_id"], cursor)
+    return html_page(request, "run.html", page=page)
 
 
 def feed_page(request: Request) -> Response:

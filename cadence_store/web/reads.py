@@ -1,5 +1,6 @@
-"""What each page shows, each read in one read snapshot of the store (`store.snapshot()`,
-on its `read_bind` when it has one): the data the HTML pages and their JSON twins share.
+"""What the runs list and the feed show, each read in one read snapshot of the store
+(`store.snapshot()`, on its `read_bind` when it has one): the data the HTML pages and
+their JSON twins share. A run's page is `run_page`'s.
 """
 
 from __future__ import annotations
@@ -8,32 +9,32 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from itertools import islice
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from ..errors import InvalidInputError, JournalIntegrityError
-from ..journal import RunEvent, RunProjection
+from ..errors import InvalidInputError
+from ..journal import RunProjection
 from ..journal.feed import FeedItem
-from ..journal.views import OperationRecord, RunDetail, StoreCounts
-from ..journal.vocabulary import OperationKind
+from ..journal.views import StoreCounts, check_run_listing
+from ..repository import queries
 from ..repository.run_repository import RunRepository
+from ..storage.failures import READ, database_errors
+from ..storage.statements import Statements
 from ..store.run_store import RunStore
-from .checkpoints import CoveringCheckpoint, covering_checkpoint
 from .formatting import parse_time_filter
 
 RUNS_PER_PAGE = 50
-EVENTS_PER_PAGE = 1000
 FEED_ITEMS = 100
 HOUR_MS = 3_600_000
 COUNTS_MAX_AGE_S = 30.0
-RECEIPTS_SHOWN = 100  # a run's page lists its leases and this many receipts (JSON: all)
+LAST_ID = "\U0010ffff"  # sorts after any character a run id has
 
 
 @dataclass(frozen=True)
 class RunFilters:
-    """The runs list's filters and cursor, as its query string gives them."""
+    """The runs list's filters and keyset cursor, as its query string gives them: `after`
+    (the page after that run id) or `before` (the page that ends just before it)."""
 
     state: str | None = None
     stage: str | None = None
@@ -41,8 +42,8 @@ class RunFilters:
     id_prefix: str | None = None
     updated_after: int | None = None
     updated_before: int | None = None
-    after: str | None = None  # the last run id of the page before (keyset)
-    back: str | None = None  # the cursor of the page before, for its "previous" link
+    after: str | None = None
+    before: str | None = None
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> RunFilters:
@@ -52,7 +53,7 @@ class RunFilters:
             value = query.get(name)
             return value if value else None
 
-        return cls(
+        filters = cls(
             state=text("state"),
             stage=text("stage"),
             change=text("change"),
@@ -60,8 +61,11 @@ class RunFilters:
             updated_after=parse_time_filter(query.get("updated_after"), "updated_after"),
             updated_before=parse_time_filter(query.get("updated_before"), "updated_before"),
             after=text("after"),
-            back=query.get("back"),  # "" : the page before is the first
+            before=text("before"),
         )
+        if filters.after is not None and filters.before is not None:
+            raise InvalidInputError("invalid-run-cursor", "give after or before, not both")
+        return filters
 
     def query(self, **changes: str | None) -> str:
         """This listing's query string with `changes` (None drops a parameter)."""
@@ -73,79 +77,97 @@ class RunFilters:
             "updated_after": self.updated_after,
             "updated_before": self.updated_before,
             "after": self.after,
-            "back": self.back,
+            "before": self.before,
         }
         values.update(changes)
         return urlencode({key: value for key, value in values.items() if value is not None})
 
+    def page_query(self, *, after: str | None = None, before: str | None = None) -> str:
+        """The query string of this listing's page after / before a run id (neither:
+        its first page)."""
+        return self.query(after=after, before=before)
+
+
+@dataclass(frozen=True)
+class ListedRun:
+    """A run as the list shows it: its stored projection and its row's times (None for
+    a run cadence 1.x wrote and nothing appended to since)."""
+
+    projection: RunProjection
+    created_at: int | None
+    updated_at: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The projection's JSON with `createdAt` and `updatedAt` (ms)."""
+        return {
+            **self.projection.to_dict(),
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+
 
 @dataclass(frozen=True)
 class RunsPage:
-    """One page of the runs list, the cursor of the next one, and the store's counts."""
+    """One page of the runs list, the cursors of the pages beside it, and the counts."""
 
     filters: RunFilters
-    runs: list[RunProjection]
-    next_after: str | None
+    runs: list[ListedRun]
+    next_after: str | None  # `after` of the next page (None: this is the last)
+    previous_before: str | None  # `before` of the previous page (None: this is the first)
     counts: StoreCounts
     counted_at: int  # ms: when `counts` were read (they are kept `COUNTS_MAX_AGE_S`)
 
 
-@dataclass(frozen=True)
-class Verification:
-    """The chain's verification, computed for this page: intact, or the code and the
-    sequence where it broke."""
-
-    intact: bool
-    code: str | None = None
-    sequence: int | None = None
-
-
-@dataclass(frozen=True)
-class RunPage:
-    """One run: its detail, one page of its events, the verification and the state
-    changes per hour of the whole run."""
-
-    detail: RunDetail
-    events: list[RunEvent]
-    event_page: int
-    event_pages: int
-    verification: Verification
-    checkpoint: CoveringCheckpoint | None
-    events_per_hour: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def operations_shown(self) -> list[OperationRecord]:
-        """Every lease, and the first `RECEIPTS_SHOWN` idempotency receipts (a receipt
-        per call: a long run has thousands, each holding a projection)."""
-        operations = self.detail.operations
-        leases = [op for op in operations if op.kind == OperationKind.LEASE]
-        receipts = [op for op in operations if op.kind != OperationKind.LEASE]
-        return leases + receipts[:RECEIPTS_SHOWN]
-
-    @property
-    def operations_left_out(self) -> int:
-        """How many receipts `operations_shown` leaves to the JSON twin."""
-        return len(self.detail.operations) - len(self.operations_shown)
-
-
-def _page_of_runs(runs: RunRepository, filters: RunFilters) -> tuple[list[RunProjection], bool]:
-    listing: dict[str, Any] = {
-        "state": filters.state,
-        "stage": filters.stage,
-        "change": filters.change,
-        "updated_after": filters.updated_after,
-        "updated_before": filters.updated_before,
-    }
+def _listed(
+    sql: Statements, filters: RunFilters, cursor: str | None, *, backwards: bool, limit: int
+) -> list[ListedRun]:
+    """Up to `limit` runs that match after `cursor` (or before it, newest id first)."""
     prefix = filters.id_prefix
-    if not prefix:
-        found = runs.list_runs(**listing, after=filters.after, limit=RUNS_PER_PAGE + 1)
-        return found[:RUNS_PER_PAGE], len(found) > RUNS_PER_PAGE
-    # ids with the prefix sort together, from the prefix itself: start just below it
-    floor = prefix[:-1] + chr(max(ord(prefix[-1]) - 1, 0)) + "\U0010ffff"
-    after = filters.after if filters.after is not None and filters.after > floor else floor
-    found = runs.list_runs(**listing, after=after, limit=RUNS_PER_PAGE + 1)
-    matching = [run for run in found if run.run_id.startswith(prefix)]
-    return matching[:RUNS_PER_PAGE], len(matching) > RUNS_PER_PAGE
+    if prefix:
+        # ids with the prefix sort together: start at its edge, or the cursor inside it
+        if backwards:
+            edge = prefix + LAST_ID
+            cursor = edge if cursor is None or cursor > edge else cursor
+        else:
+            edge = prefix[:-1] + chr(max(ord(prefix[-1]) - 1, 0)) + LAST_ID
+            cursor = edge if cursor is None or cursor <= edge else cursor
+    listing = check_run_listing(
+        state=filters.state,
+        stage=filters.stage,
+        change=filters.change,
+        updated_after=filters.updated_after,
+        updated_before=filters.updated_before,
+        after=cursor,
+        limit=limit,
+    )
+    found = [ListedRun(*run) for run in queries.listed_runs(sql, listing, backwards=backwards)]
+    if prefix:
+        return [run for run in found if run.projection.run_id.startswith(prefix)]
+    return found
+
+
+def _page_of_runs(
+    sql: Statements, filters: RunFilters
+) -> tuple[list[ListedRun], str | None, str | None]:
+    """The page's runs in id order, and the cursors of the next and previous pages."""
+    backwards = filters.before is not None
+    cursor = filters.before if backwards else filters.after
+    found = _listed(sql, filters, cursor, backwards=backwards, limit=RUNS_PER_PAGE + 1)
+    more = len(found) > RUNS_PER_PAGE
+    shown = found[:RUNS_PER_PAGE]
+    if backwards:
+        shown.reverse()
+    if not shown:
+        return shown, None, None
+    first, last = shown[0].projection.run_id, shown[-1].projection.run_id
+    # the way the page came from has more only when a run matches there (one row read)
+    if backwards:
+        further = _listed(sql, filters, last, backwards=False, limit=1)
+        return shown, (last if further else None), (first if more else None)
+    if cursor is None:
+        return shown, (last if more else None), None
+    earlier = _listed(sql, filters, first, backwards=True, limit=1)
+    return shown, (last if more else None), (first if earlier else None)
 
 
 class CountsCache:
@@ -169,66 +191,19 @@ class CountsCache:
 
 
 def read_runs_page(store: RunStore, filters: RunFilters, counts: CountsCache) -> RunsPage:
-    """A page of the runs that match `filters`, with the counts by state."""
+    """A page of the runs that match `filters`, with their times and the counts by state."""
     with store.snapshot() as runs:
-        found, more = _page_of_runs(runs, filters)
+        sql = runs.transaction.statements(write=False)
+        with database_errors(READ):
+            found, next_after, previous_before = _page_of_runs(sql, filters)
         store_counts, counted_at = counts.get(runs)
     return RunsPage(
         filters=filters,
         runs=found,
-        next_after=found[-1].run_id if more and found else None,
+        next_after=next_after,
+        previous_before=previous_before,
         counts=store_counts,
         counted_at=counted_at,
-    )
-
-
-def verification_of(runs: RunRepository, run_id: str) -> Verification:
-    """`verify_integrity` of the run as a result to show (a broken chain is not an error
-    of the page)."""
-    try:
-        runs.verify_integrity(run_id)
-    except JournalIntegrityError as error:
-        return Verification(intact=False, code=error.code, sequence=error.sequence)
-    return Verification(intact=True)
-
-
-def event_page_number(value: str | None) -> int:
-    """The `events` query parameter: a page number from 1."""
-    if value is None or value == "":
-        return 1
-    if not value.isdigit() or int(value) < 1:
-        raise InvalidInputError("invalid-event-page", "events is a page number from 1")
-    return int(value)
-
-
-def read_run_page(store: RunStore, run_id: str, event_page: int = 1) -> RunPage:
-    """A run's page: its detail, the `event_page`th thousand of its events, the chain's
-    verification, the checkpoint covering it (when there is one)."""
-    first = (event_page - 1) * EVENTS_PER_PAGE
-    with store.snapshot() as runs:
-        detail = runs.run_detail(run_id)
-        pages = max(1, -(-detail.projection.sequence // EVENTS_PER_PAGE))
-        if event_page > pages:
-            raise InvalidInputError("invalid-event-page", f"the run has {pages} pages of events")
-        # the events stream in sequence order: read up to the page's last, keep the page
-        shown = list(islice(runs.iter_events(run_id), first, first + EVENTS_PER_PAGE))
-        verification = verification_of(runs, run_id)
-        checkpoint = covering_checkpoint(runs, run_id)
-    # the chart counts the events that set the state (the timeline has them all, with
-    # their times), without reading every event a second time
-    per_hour = Counter(
-        entry.recorded_at // HOUR_MS * HOUR_MS
-        for entry in detail.timeline
-        if entry.recorded_at is not None
-    )
-    return RunPage(
-        detail=detail,
-        events=shown,
-        event_page=event_page,
-        event_pages=pages,
-        verification=verification,
-        checkpoint=checkpoint,
-        events_per_hour=dict(sorted(per_hour.items())),
     )
 
 
@@ -250,16 +225,12 @@ def feed_per_hour(items: list[FeedItem]) -> dict[int, int]:
 
 __all__ = [
     "COUNTS_MAX_AGE_S",
-    "EVENTS_PER_PAGE",
     "CountsCache",
+    "ListedRun",
     "RUNS_PER_PAGE",
     "RunFilters",
-    "RunPage",
     "RunsPage",
-    "Verification",
-    "event_page_number",
     "feed_per_hour",
     "read_feed_page",
-    "read_run_page",
     "read_runs_page",
 ]

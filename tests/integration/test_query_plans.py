@@ -16,7 +16,16 @@ from cadence_store import RunStore
 from cadence_store.journal.views import RunListing
 from cadence_store.repository.queries import listing_statement
 from cadence_store.storage.batch_statements import RECEIPTS_OF_BATCH
-from cadence_store.storage.read_statements import OPERATION_ROWS_OF_RUN
+from cadence_store.storage.read_statements import (
+    EVENTS_OF_RUN_AFTER,
+    EVENTS_OF_RUN_BEFORE,
+    FOLD_EVENTS_OF_RUN,
+    LEASE_ROWS_OF_RUN,
+    OPERATION_ROWS_OF_RUN,
+    RECEIPT_COUNT_OF_RUN,
+    RECEIPT_ROWS_OF_RUN_PAGE,
+    STATE_CHANGES_PER_HOUR,
+)
 from cadence_store.storage.run_statements import (
     EVENTS_OF_RUN,
     HEAD,
@@ -36,24 +45,27 @@ PARAMS = {
     "run_id": "00000000-0000-4000-8000-000000000000",
     "after": "00000000-0000-4000-8000-000000000000",
     "limit": 50,
+    "before": 100,
+    "until": 100,
     "rows": json.dumps([{"run_id": f"r-{n}", "operation_id": f"start-{n}"} for n in range(100)]),
 }
 
 
-def _plan_text(url: str, query: Statement) -> str:
+def _plan_text(url: str, query: Statement, **values: object) -> str:
+    params = {**PARAMS, **values}
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
             statement = compile_statement(query, connection.dialect)
             if connection.dialect.name == "sqlite":
-                arguments = statement.arguments(PARAMS)
+                arguments = statement.arguments(params)
                 rows = connection.exec_driver_sql(
                     "EXPLAIN QUERY PLAN " + statement.text, arguments
                 ).all()
                 return "\n".join(str(row[-1]) for row in rows)
             connection.exec_driver_sql("ANALYZE")
             rows = connection.exec_driver_sql(
-                "EXPLAIN (FORMAT JSON) " + statement.text, statement.arguments(PARAMS)
+                "EXPLAIN (FORMAT JSON) " + statement.text, statement.arguments(params)
             ).all()
             return json.dumps(rows[0][0])
     finally:
@@ -97,6 +109,36 @@ def test_read_side_lookups_use_their_keys(database_url: str) -> None:
     # a run's operations, in the primary key's (run_id, operation_id) order
     receipts = _plan_text(database_url, OPERATION_ROWS_OF_RUN)
     assert "pk_operations" in receipts or "sqlite_autoindex_operations_1" in receipts, receipts
+
+
+def test_a_run_page_reads_through_the_keys(database_url: str) -> None:
+    """The web view's run page and list: a page of a long run's events, its leases and
+    first receipts, and a page of runs back, each through a primary key (never
+    a scan of the store, or a sort of the run's rows)."""
+    _store_with_runs(database_url, 300)
+    with RunStore(database_url, root_hash=ROOT) as store:
+        run_id = store.run_ids()[0]
+        store.transition_many(
+            [{"run_id": run_id, "to": "paused", "operation_id": f"t-{n}"} for n in range(3000)]
+        )
+    for query in (EVENTS_OF_RUN_AFTER, EVENTS_OF_RUN_BEFORE, FOLD_EVENTS_OF_RUN):
+        plan = _plan_text(database_url, query, run_id=run_id, after=100, limit=100)
+        assert "pk_events" in plan or "sqlite_autoindex_events_1" in plan, (query.name, plan)
+        assert "TEMP B-TREE" not in plan and '"Sort"' not in plan, (query.name, plan)
+    hours = _plan_text(database_url, STATE_CHANGES_PER_HOUR)
+    assert "pk_events" in hours or "sqlite_autoindex_events_1 (run_id=?)" in hours, hours
+    for query in (LEASE_ROWS_OF_RUN, RECEIPT_ROWS_OF_RUN_PAGE, RECEIPT_COUNT_OF_RUN):
+        plan = _plan_text(database_url, query)
+        assert "Seq Scan" not in plan and "SCAN operations" not in plan, (query.name, plan)
+        assert "_operations" in plan, (query.name, plan)  # a key of operations
+    for query in (LEASE_ROWS_OF_RUN, RECEIPT_ROWS_OF_RUN_PAGE):
+        plan = _plan_text(database_url, query)
+        assert "TEMP B-TREE" not in plan and '"Sort"' not in plan, (query.name, plan)
+    back = _plan_text(
+        database_url, listing_statement(RunListing(after="x", limit=50), backwards=True)
+    )
+    assert "pk_runs" in back or "sqlite_autoindex_runs_1 (run_id<?)" in back, back
+    assert "TEMP B-TREE" not in back and '"Sort"' not in back, back
 
 
 def test_verification_streams_receipts_in_chain_order_by_their_index(database_url: str) -> None:

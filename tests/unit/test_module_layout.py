@@ -114,5 +114,9 @@ def test_each_query_has_its_row_type_and_each_write_selects_nothing(name: str) -
 
 def test_a_listing_has_a_row_type() -> None:
     listing = listing_statement(RunListing(stages=("abel-design",), after="x", limit=5))
-    assert len(list(listing.build("sqlite").selected_columns)) == 2  # type: ignore[attr-defined]
+    columns = list(listing.build("sqlite").selected_columns)  # type: ignore[attr-defined]
+    assert len(columns) == len(listing.row._fields)  # type: ignore[attr-defined]
     assert listing is listing_statement(RunListing(stages=("abel-other",), after="y", limit=9))
+    back = listing_statement(RunListing(after="x", limit=5), backwards=True)
+    assert back is not listing_statement(RunListing(after="x", limit=5))
+    assert back.row is listing.row

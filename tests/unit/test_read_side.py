@@ -23,6 +23,7 @@ from cadence_store.journal.views import (
     TimelineEntry,
     check_run_listing,
     lease_standing,
+    state_path,
     state_timeline,
 )
 from cadence_store.journal.vocabulary import (
@@ -141,6 +142,24 @@ def test_state_timeline_follows_the_events_that_set_the_state():
             sequence=6, event="operation-interrupted", state="paused", code="operation-interrupted"
         ),
     )
+
+
+def test_state_path_of_plain_fields_from_a_sequence():
+    events = _chain(
+        CREATED,
+        ("state-transitioned", {"from": "created", "to": "paused", "code": "hold"}),
+        ("state-transitioned", {"from": "paused", "to": "ready"}),
+        ("state-transitioned", {"from": "ready", "to": "running"}),
+    )
+    fields = [(e.sequence, e.type, e.payload, e.hash, e.recorded_at) for e in events]
+    assert state_path(fields) == state_timeline(events)
+    # a page from sequence 3: the events before are folded (its state follows them)
+    assert state_path(fields, since=2) == state_timeline(events)[2:]
+    assert state_path(fields, since=2)[0] == TimelineEntry(
+        sequence=3, event="state-transitioned", state="ready"
+    )
+    # the fold's projection is its own: the events' payloads are left as they were
+    assert events[1].payload == {"from": "created", "to": "paused", "code": "hold"}
 
 
 def test_state_timeline_ends_at_the_first_event_that_does_not_apply():

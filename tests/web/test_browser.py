@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine
-from web_support import SCRIPT, break_chain, hostile_run, plain_runs
+from web_support import SCRIPT, break_chain, hostile_run, long_run, plain_runs
 
 from cadence_store import RunStore
 
@@ -117,8 +117,12 @@ def test_the_view_in_a_browser(
         page.wait_for_url("**after=**")
         assert _cells(page, "runs", 1) == ids[50:]
         page.click("#previous-page")
-        page.wait_for_url(lambda url: "after=" not in url)
+        page.wait_for_url("**before=**")
         assert _cells(page, "runs", 1) == ids[:50]
+        assert page.locator("#previous-page").count() == 0  # the first page, by keyset
+        assert page.locator("#next-page").count() == 1
+        # each run's created and updated times (UTC)
+        assert all(text.endswith("Z") for text in _cells(page, "runs", 5) + _cells(page, "runs", 6))
         # a filter, chosen and applied by clicking
         page.select_option("select[name=state]", "validating-delivery")
         page.click("#apply-filters")
@@ -148,6 +152,21 @@ def test_the_view_in_a_browser(
             summary.click()
         assert SCRIPT in page.inner_text("#operations")
         assert page.evaluate("window.__cadencePwned") is None
+        # a long run's events, 200 a page: through its pages by clicking
+        long = long_run(run_store, 125)  # 254 events
+        page.goto(f"{base}/runs/{long}")
+        assert _cells(page, "events", 1) == [str(number) for number in range(1, 201)]
+        page.click("nav.pages >> nth=0 >> .next-events")
+        page.wait_for_url("**after=200")
+        assert _cells(page, "events", 1) == [str(number) for number in range(201, 255)]
+        assert page.locator(".next-events").count() == 0
+        page.click("nav.pages >> nth=0 >> .previous-events")
+        page.wait_for_url("**before=201")
+        assert _cells(page, "events", 1)[0] == "1"
+        page.click("nav.pages >> nth=0 >> .last-events")
+        page.wait_for_url("**before=255")
+        assert _cells(page, "events", 1) == [str(number) for number in range(55, 255)]
+        assert page.inner_text("#verification") == "chain verifies"
         page.goto(f"{base}/feed")
         page.goto(f"{base}/runs/no-such-run")
         assert page.inner_text("#error-code") == "run-not-found"

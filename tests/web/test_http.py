@@ -10,15 +10,17 @@ from collections import deque
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from starlette.requests import Request
 from starlette.testclient import TestClient
+from support import FakeClock
 from web_support import (
     LARGE,
     SCRIPT,
     break_chain,
     database_digest,
     hostile_run,
+    long_run,
     plain_runs,
     routes,
 )
@@ -70,13 +72,24 @@ def test_bad_input_is_a_coded_page_without_a_stack_trace(
     for path, code in [
         ("/?state=no-such-state", "invalid-run-state"),
         ("/?updated_after=yesterday", "invalid-time-filter"),
-        (f"/runs/{run_id}?events=0", "invalid-event-page"),
-        (f"/runs/{run_id}?events=9", "invalid-event-page"),
+        ("/?after=a&before=b", "invalid-run-cursor"),
+        (f"/runs/{run_id}?after=x", "invalid-event-cursor"),
+        (f"/runs/{run_id}?after=-1", "invalid-event-cursor"),
+        (f"/runs/{run_id}?after=\u00b2", "invalid-event-cursor"),  # a digit, not ASCII
+        (f"/runs/{run_id}?after={'9' * 19}", "invalid-event-cursor"),
+        (f"/runs/{run_id}?after=2", "invalid-event-cursor"),  # its last event: none after
+        (f"/runs/{run_id}?before=1", "invalid-event-cursor"),  # none before the first
+        (f"/runs/{run_id}?before=4", "invalid-event-cursor"),  # past the end
+        (f"/runs/{run_id}?after=0&before=2", "invalid-event-cursor"),
     ]:
-        response = client.get(path)
-        assert response.status_code == 400, path
-        assert code in response.text
-        assert "Traceback" not in response.text and 'File "' not in response.text
+        for route in (path, "/api" + path if path.startswith("/runs/") else None):
+            if route is None:
+                continue
+            response = client.get(route)
+            assert response.status_code == 400, route
+            assert code in response.text
+            assert "Traceback" not in response.text and 'File "' not in response.text
+    assert client.get(f"/api/runs/{run_id}?after=x").json()["error"] == "invalid-event-cursor"
 
 
 def test_hostile_data_is_escaped_and_the_policy_is_strict(
@@ -157,23 +170,124 @@ def test_the_list_filters_and_pages_by_keyset(client: TestClient, run_store: Run
 
 
 def test_a_long_run_pages_its_timeline(client: TestClient, run_store: RunStore) -> None:
-    run = run_store.start_run("abel-implement", change="long", operation_id="long")
-    for state in ("validating-delivery", "ready", "queued"):
-        run_store.transition(run.run_id, state, operation_id=f"long-{state}")
-    for number in range(500):  # 1,004 events in all: two pages
-        run_store.transition(run.run_id, "running", operation_id=f"run-{number}")
-        run_store.transition(run.run_id, "paused", operation_id=f"pause-{number}", code="p")
-    first = client.get(f"/api/runs/{run.run_id}").json()
-    assert first["eventPages"] == 2
-    assert [event["sequence"] for event in first["events"]] == list(range(1, 1001))
-    second = client.get(f"/api/runs/{run.run_id}?events=2").json()
-    assert [event["sequence"] for event in second["events"]] == list(range(1001, 1005))
-    page = client.get(f"/runs/{run.run_id}?events=2")
-    assert page.text.count('class="mono recorded-at"') == 4
-    assert 'href="?events=1"' in page.text
+    run_id = long_run(run_store, 500)  # 1,004 events: six pages of 200
+    first = client.get(f"/api/runs/{run_id}").json()
+    assert [event["sequence"] for event in first["events"]] == list(range(1, 201))
+    assert first["eventPage"] == {
+        "size": 200,
+        "first": 1,
+        "last": 200,
+        "events": 1004,
+        "previous": None,
+        "next": "after=200",
+    }
+    # the state timeline of the page: the state changes among its events only
+    timeline = first["run"]["timeline"]
+    assert [entry["sequence"] for entry in timeline] == list(range(1, 201))
+    assert timeline[-1] == {**timeline[-1], "state": "paused", "code": "p97"}
+    # next to the end, then previous back to the start: every event once, in order
+    pages, query = [first], first["eventPage"]["next"]
+    while query is not None:
+        pages.append(client.get(f"/api/runs/{run_id}?{query}").json())
+        query = pages[-1]["eventPage"]["next"]
+    assert len(pages) == 6
+    forward = [event["sequence"] for page in pages for event in page["events"]]
+    assert forward == list(range(1, 1005))
+    assert (
+        pages[-1]["eventPage"]["first"] == 1001
+        and pages[-1]["run"]["timeline"][-1]["code"] == "p499"
+    )
+    backward, query = [], "before=1005"
+    while query is not None:
+        page = client.get(f"/api/runs/{run_id}?{query}").json()
+        backward = [event["sequence"] for event in page["events"]] + backward
+        assert len(page["events"]) == 200 or page["eventPage"]["previous"] is None
+        query = page["eventPage"]["previous"]
+    assert backward == list(range(1, 1005))
+    last = client.get(f"/api/runs/{run_id}?before=1005").json()
+    assert last["eventPage"]["first"] == 805 and last["eventPage"]["next"] is None
+    # the HTML page: 200 events, its links, the page's state changes
+    html = client.get(f"/runs/{run_id}?after=200").text
+    assert html.count('class="mono recorded-at"') == 200
+    assert 'href="?before=201"' in html and 'href="?after=400"' in html
+    assert 'href="?before=1005"' in html and 'class="first-events" href="?"' in html
+    assert "Events 201–400 of 1004" in html
+    assert html.count("<td>p1") > 0 and "<td>p99</td>" in html and "<td>p9</td>" not in html
+    end = client.get(f"/runs/{run_id}?before=1005").text
+    assert 'class="next-events"' not in end and 'href="?before=805"' in end
     # a receipt per call: the page lists 100 of them, the JSON twin every one
-    assert 'id="operations-left-out"' in page.text
-    assert len(second["run"]["operations"]) == 1004
+    assert 'id="operations-left-out">and 904 more receipts' in html
+    assert len(first["run"]["operations"]) == 1004
+
+
+def test_a_broken_chain_shows_broken_on_every_page(
+    client: TestClient, run_store: RunStore, db: Engine
+) -> None:
+    run_id = long_run(run_store, 150)  # 304 events
+    assert client.get(f"/api/runs/{run_id}").json()["verification"] == {"intact": True}
+    break_chain(db, run_id, 290)  # on the second page: the first verifies the whole chain
+    for path in (f"/api/runs/{run_id}", f"/api/runs/{run_id}?after=200"):
+        verification = client.get(path).json()["verification"]
+        assert verification["intact"] is False and verification["sequence"] == 290, path
+    assert "broken: " in client.get(f"/runs/{run_id}").text
+
+
+def test_the_list_shows_times_and_pages_back_by_keyset(
+    client: TestClient, run_store: RunStore, db: Engine, clock: FakeClock
+) -> None:
+    ids = plain_runs(run_store, 120)
+    clock.advance(60_000)
+    later = next(run_id for run_id in ids[2:50] if run_store.status(run_id).state == "created")
+    run_store.transition(later, "validating-delivery", operation_id="later")
+    with db.begin() as connection:  # a run cadence 1.x wrote: no times
+        connection.execute(
+            text("UPDATE runs SET created_at = NULL, updated_at = NULL WHERE run_id = :r"),
+            {"r": ids[1]},
+        )
+    first = client.get("/api/runs").json()
+    listed = {run["runId"]: run for run in first["runs"]}
+    assert listed[ids[1]]["createdAt"] is None and listed[ids[1]]["updatedAt"] is None
+    assert listed[later]["updatedAt"] - listed[later]["createdAt"] == 60_000
+    assert all(isinstance(listed[run_id]["createdAt"], int) for run_id in ids[2:50])
+    html = client.get("/").text
+    assert "<th>created</th><th>updated</th>" in html
+    assert html.count('<td class="mono">-</td>') >= 2  # the times cadence 1.x did not keep
+    # forward to the last page, then back by `previous` to the first: the same pages
+    pages, query = [first], first["next"]
+    assert first["previous"] is None
+    while query is not None:
+        pages.append(client.get(f"/api/runs?{query}").json())
+        query = pages[-1]["next"]
+    assert [len(page["runs"]) for page in pages] == [50, 50, 20]
+    back, query = [pages[-1]], pages[-1]["previous"]
+    while query is not None:
+        assert "before=" in query
+        back.insert(0, client.get(f"/api/runs?{query}").json())
+        query = back[0]["previous"]
+    assert [[run["runId"] for run in page["runs"]] for page in back] == [
+        ids[:50],
+        ids[50:100],
+        ids[100:],
+    ]
+    assert back[1]["next"] == pages[1]["next"]
+    # with a filter: the 79 runs still `created`, two pages each way
+    created_runs = [run_id for run_id in ids if run_store.status(run_id).state == "created"]
+    second = client.get("/api/runs?" + client.get("/api/runs?state=created").json()["next"]).json()
+    assert [run["runId"] for run in second["runs"]] == created_runs[50:]
+    assert second["next"] is None and "state=created" in second["previous"]
+    again = client.get(f"/api/runs?{second['previous']}").json()
+    assert [run["runId"] for run in again["runs"]] == created_runs[:50]
+    assert again["previous"] is None and again["next"] is not None
+    # an id prefix pages back inside its prefix
+    prefix = ids[0][:8]
+    matching = [run_id for run_id in ids if run_id.startswith(prefix)]
+    if len(matching) > 50:
+        tail = client.get(f"/api/runs?id={prefix}&before={matching[-1]}").json()["runs"]
+        assert [run["runId"] for run in tail] == matching[-51:-1]
+    # the links of a middle page, on the HTML page
+    middle = client.get(f"/?after={ids[49]}").text
+    assert f'id="previous-page" href="/?before={ids[50]}"' in middle.replace("%2D", "-")
+    assert f'id="next-page" href="/?after={ids[99]}"' in middle.replace("%2D", "-")
 
 
 def test_a_broken_chain_shows_broken(client: TestClient, run_store: RunStore, db: Engine) -> None:

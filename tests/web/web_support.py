@@ -61,6 +61,18 @@ def plain_runs(store: RunStore, count: int, *, change: str = "plain") -> list[st
     return sorted(ids)
 
 
+def long_run(store: RunStore, pairs: int) -> str:
+    """A run of `4 + 2 * pairs` events (running, then paused with code `p{N}`)."""
+    run = store.start_run("abel-implement", change="long", operation_id="long")
+    for state in ("validating-delivery", "ready", "queued"):
+        store.transition(run.run_id, state, operation_id=f"long-{state}")
+    with store.unit_of_work() as uow:
+        for number in range(pairs):
+            uow.runs.transition(run.run_id, "running", operation_id=f"run-{number}")
+            uow.runs.transition(run.run_id, "paused", operation_id=f"p-{number}", code=f"p{number}")
+    return run.run_id
+
+
 def database_digest(engine: Engine) -> dict[str, tuple[int, str]]:
     """Every table of the database (cadence-store's and any other): its row count and a
     sha256 of its rows in a fixed order."""

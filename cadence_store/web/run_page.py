@@ -1,0 +1,286 @@
+"""What a run's page shows, read in one read snapshot: the run, one keyset page of its
+events (`EVENTS_PER_PAGE`, oldest first, by sequence), the state changes among them, its
+leases and first receipts, and the whole chain's verification.
+
+A long run is never sent whole: the page reads its events through the primary key from
+the cursor (`?after=S`: those after sequence S; `?before=S`: the page that ends just
+before S), and folds the chain into states only up to the page's last event, reading just
+the columns that fold needs. Verification is the store's own `verify_integrity` of every
+event and receipt, on every request (a tampered chain shows broken on the next one).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidInputError, JournalIntegrityError
+from ..journal import RunEvent
+from ..journal.documents import event_payload
+from ..journal.views import EventFields, RunDetail, state_path
+from ..repository.core import system_clock
+from ..repository.queries import binding_record, operation_record
+from ..repository.run_repository import RunRepository
+from ..storage.failures import READ, database_errors
+from ..storage.read_statements import (
+    BINDING_ROWS_OF_RUN,
+    EVENTS_OF_RUN_AFTER,
+    EVENTS_OF_RUN_BEFORE,
+    FOLD_EVENTS_OF_RUN,
+    LEASE_ROWS_OF_RUN,
+    OPERATION_ROWS_OF_RUN,
+    RECEIPT_COUNT_OF_RUN,
+    RECEIPT_ROWS_OF_RUN_PAGE,
+    RUN_TIMES,
+    STATE_CHANGES_PER_HOUR,
+)
+from ..storage.rows import BindingDetailRow, EventRow, OperationDetailRow
+from ..store.run_store import RunStore
+from .checkpoints import CoveringCheckpoint, covering_checkpoint
+
+EVENTS_PER_PAGE = 200
+RECEIPTS_SHOWN = 100  # a run's page lists its leases and this many receipts (JSON: all)
+CURSOR_DIGITS = 18  # a sequence is a safe integer: longer is no cursor
+_LONG_NUMBER = re.compile(r"[0-9]{16}")
+
+
+@dataclass(frozen=True)
+class EventCursor:
+    """Where a run's page of events starts: after a sequence, or just before one (at
+    most one of them; neither: the first page)."""
+
+    after: int | None = None
+    before: int | None = None
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> EventCursor:
+        """The cursor of a request's `after` / `before` parameters."""
+        after = _sequence_of(query.get("after"), "after")
+        before = _sequence_of(query.get("before"), "before")
+        if after is not None and before is not None:
+            raise InvalidInputError("invalid-event-cursor", "give after or before, not both")
+        return cls(after=after, before=before)
+
+    def check(self, events: int) -> None:
+        """Refuse a cursor outside a run of `events` events (no page starts there)."""
+        if self.after is not None and self.after >= events:
+            raise InvalidInputError(
+                "invalid-event-cursor", f"after is below the run's last sequence, {events}"
+            )
+        if self.before is not None and not 2 <= self.before <= events + 1:
+            raise InvalidInputError(
+                "invalid-event-cursor", f"before is from 2 to {events + 1} in this run"
+            )
+
+
+def _sequence_of(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > CURSOR_DIGITS:
+        raise InvalidInputError("invalid-event-cursor", f"{name} is an event's sequence number")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class EventWindow:
+    """The page's events: the sequences of its first and last (0, 0 when it has none)
+    among the run's `events`, and the cursors of the pages beside it."""
+
+    first: int
+    last: int
+    events: int
+    size: int = EVENTS_PER_PAGE
+
+    @property
+    def previous_before(self) -> int | None:
+        """`before` of the page before this one (None: this is the first)."""
+        return self.first if self.first > 1 else None
+
+    @property
+    def next_after(self) -> int | None:
+        """`after` of the page after this one (None: this is the last)."""
+        return self.last if 0 < self.last < self.events else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON twin's `eventPage`: the window and its neighbours' query strings."""
+        before, after = self.previous_before, self.next_after
+        return {
+            "size": self.size,
+            "first": self.first,
+            "last": self.last,
+            "events": self.events,
+            "previous": None if before is None else f"before={before}",
+            "next": None if after is None else f"after={after}",
+        }
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The chain's verification, computed for this request: intact, or the code and the
+    sequence where it broke."""
+
+    intact: bool
+    code: str | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One run: its detail (operations: those the page shows; timeline: the state changes
+    among the page's events), one page of events, the verification of the whole chain and
+    the state changes per hour of the whole run."""
+
+    detail: RunDetail
+    events: list[RunEvent]
+    window: EventWindow
+    verification: Verification
+    checkpoint: CoveringCheckpoint | None
+    receipts_left_out: int = 0
+    events_per_hour: dict[int, int] = field(default_factory=dict)
+
+
+def verification_of(runs: RunRepository, run_id: str) -> Verification:
+    """`verify_integrity` of the run as a result to show (a broken chain is not an error
+    of the page)."""
+    try:
+        runs.verify_integrity(run_id)
+    except JournalIntegrityError as error:
+        return Verification(intact=False, code=error.code, sequence=error.sequence)
+    return Verification(intact=True)
+
+
+def _event(row: tuple[Any, ...], run_id: str) -> RunEvent:
+    found = EventRow(*row)
+    return RunEvent.model_construct(
+        sequence=found.sequence,
+        type=found.type,
+        payload=event_payload(found.payload_json, run_id, found.sequence),
+        prior_hash=found.prior_hash,
+        hash=found.event_hash,
+        recorded_at=found.recorded_at,
+    )
+
+
+def _parsed(payload_json: Any) -> Any:
+    # the fold reads a payload's top-level fields only; one that is no JSON ends the
+    # path where it cannot apply (verification names the fault). orjson reads most (a
+    # page may fold thousands); the stdlib what it refuses, and integers of 16 digits
+    # or more (orjson makes those beyond 64 bits floats)
+    if not isinstance(payload_json, str):
+        return None
+    if _LONG_NUMBER.search(payload_json) is None:
+        try:
+            return orjson.loads(payload_json)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return json.loads(payload_json)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _fold_fields(rows: list[tuple[Any, ...]]) -> Iterator[EventFields]:
+    # FOLD_EVENTS_OF_RUN's columns, in its order (no row object per event)
+    for sequence, type_, payload_json, event_hash, recorded_at in rows:
+        yield sequence, type_, _parsed(payload_json), event_hash, recorded_at
+
+
+def read_run_page(
+    store: RunStore,
+    run_id: str,
+    cursor: EventCursor | None = None,
+    *,
+    all_operations: bool = False,
+) -> RunPage:
+    """A run's page from `cursor` (default: its first events). `all_operations`: every
+    operation row (the JSON twin), not the leases and the first `RECEIPTS_SHOWN`
+    receipts."""
+    cursor = cursor or EventCursor()
+    clock = store.clock or system_clock
+    with store.snapshot() as runs:
+        projection = runs.status(run_id)  # run-not-found, before any other read
+        cursor.check(projection.sequence)
+        sql = runs.transaction.statements(write=False)
+        one_run = {"run_id": run_id}
+        page_of_events = {**one_run, "limit": EVENTS_PER_PAGE}
+        events_read: tuple[Any, Mapping[str, Any]] = (
+            (EVENTS_OF_RUN_BEFORE, {**page_of_events, "before": cursor.before})
+            if cursor.before is not None
+            else (EVENTS_OF_RUN_AFTER, {**page_of_events, "after": cursor.after or 0})
+        )
+        operation_reads: list[tuple[Any, Mapping[str, Any]]] = (
+            [(OPERATION_ROWS_OF_RUN, one_run)]
+            if all_operations
+            else [
+                (LEASE_ROWS_OF_RUN, one_run),
+                (RECEIPT_ROWS_OF_RUN_PAGE, {**one_run, "limit": RECEIPTS_SHOWN}),
+                (RECEIPT_COUNT_OF_RUN, one_run),
+            ]
+        )
+        with database_errors(READ):
+            # one round trip on PostgreSQL (pipelined), each through an index
+            times, bindings, event_rows, hours, *operation_rows = sql.raw_rows_of_each(
+                [
+                    (RUN_TIMES, one_run),
+                    (BINDING_ROWS_OF_RUN, one_run),
+                    events_read,
+                    (STATE_CHANGES_PER_HOUR, one_run),
+                    *operation_reads,
+                ]
+            )
+            if cursor.before is not None:
+                event_rows.reverse()
+            events = [_event(row, run_id) for row in event_rows]
+            first = events[0].sequence if events else 0
+            last = events[-1].sequence if events else 0
+            folded = (
+                sql.raw_rows(FOLD_EVENTS_OF_RUN, run_id=run_id, until=last, limit=last)
+                if events
+                else []
+            )
+        verification = verification_of(runs, run_id)
+        checkpoint = covering_checkpoint(runs, run_id)
+    if all_operations:
+        [shown_rows] = operation_rows
+        left_out = 0
+    else:
+        leases, receipts, [(receipt_count,)] = operation_rows
+        shown_rows = leases + receipts
+        left_out = int(receipt_count) - len(receipts)
+    now = clock()
+    operations = [operation_record(OperationDetailRow(*row), run_id, now) for row in shown_rows]
+    created_at, updated_at = times[0] if times else (None, None)
+    detail = RunDetail(
+        projection=projection,
+        delivery_bindings=tuple(binding_record(BindingDetailRow(*row), run_id) for row in bindings),
+        operations=tuple(operations),
+        timeline=state_path(_fold_fields(folded), since=first - 1),
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+    return RunPage(
+        detail=detail,
+        events=events,
+        window=EventWindow(first=first, last=last, events=projection.sequence),
+        verification=verification,
+        checkpoint=checkpoint,
+        receipts_left_out=left_out,
+        events_per_hour={int(hour): int(count) for hour, count in hours},
+    )
+
+
+__all__ = [
+    "EVENTS_PER_PAGE",
+    "RECEIPTS_SHOWN",
+    "EventCursor",
+    "EventWindow",
+    "RunPage",
+    "Verification",
+    "read_run_page",
+    "verification_of",
+]
