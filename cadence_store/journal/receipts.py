@@ -121,7 +121,7 @@ def _lease_problem(
     if state == RUNNING:
         if not isinstance(token, str) or token == "":
             return ReceiptProblem(operation_id, STATE_INVALID, "lease_token", "a token", token)
-        if not _is_stored_time(expires_at):
+        if not _is_stored_int(expires_at, 0):
             return ReceiptProblem(
                 operation_id, STATE_INVALID, "lease_expires_at", "a millisecond time", expires_at
             )
@@ -141,14 +141,10 @@ def _lease_problem(
     return None
 
 
-def _is_stored_time(value: object) -> bool:
-    # any 64-bit time: cadence 1.x granted TTLs up to 2**53 - 1, so an adopted expiry
+def _is_stored_int(value: object, least: int) -> bool:
+    # any 64-bit value: cadence 1.x granted TTLs up to 2**53 - 1, so an adopted expiry
     # may pass it (new grants are refused there; see `invalid-lease-ttl`)
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX
-
-
-def _is_fence(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= _INT64_MAX
 
 
 def _receipt_shape(
@@ -204,7 +200,7 @@ class ReceiptVerifier:
             return
         if kind == LEASE_KIND:
             self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
-            if self.problem is None and not _is_fence(fence):
+            if self.problem is None and not _is_stored_int(fence, 1):
                 # every grant has a fence (adopted and pre-fence leases got 1)
                 self.problem = ReceiptProblem(
                     operation_id, STATE_INVALID, "lease_fence", "a fence >= 1", fence
@@ -213,7 +209,7 @@ class ReceiptVerifier:
         if kind in JOURNAL_RECEIPT_KINDS and state != COMMITTED:
             # cadence 1.x's acquireLease took this receipt's operation id over
             self.problem = _lease_problem(operation_id, state, outcome_json, token, expires_at)
-            if self.problem is None and fence is not None and not _is_fence(fence):
+            if self.problem is None and fence is not None and not _is_stored_int(fence, 1):
                 self.problem = ReceiptProblem(
                     operation_id, STATE_INVALID, "lease_fence", "a fence >= 1", fence
                 )
