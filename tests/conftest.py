@@ -7,6 +7,8 @@ Sections (add new fixtures to the matching section, or a new one at the end):
 2. PostgreSQL                        (postgres_url, pg_database_url,
                                       pg_module_database_url)
 3. SQLite                            (sqlite_database_url)
+   Both: head_copies (a test whose fixtures include it gets its database as a copy of
+   one the session brought to head, instead of an empty one)
 4. Both engines                      (database_url: every test taking it runs on
                                       "sqlite" and "postgresql")
 
@@ -34,6 +36,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+
+import cadence_store
 
 _TESTS_DIR = Path(__file__).resolve().parent
 if str(_TESTS_DIR) not in sys.path:  # also works under --import-mode=importlib
@@ -120,7 +124,11 @@ def postgres_url() -> Iterator[str]:
         if _running_under_ci():
             pytest.fail(f"PostgreSQL is required under CI: {reason}", pytrace=False)
         pytest.skip(reason)
-    with throwaway_cluster() as url:
+    # fsync off: every test that needs a database creates one, and each DROP DATABASE
+    # forces a checkpoint, which with fsync on waits for the disk (most of a second on
+    # this machine). No test crashes the operating system; a killed server process
+    # loses nothing that fsync would have kept (the written pages are the kernel's).
+    with throwaway_cluster(fsync=False) as url:
         yield url
 
 
@@ -134,10 +142,13 @@ def _pg_admin_engine(postgres_url: str) -> Iterator[Engine]:
 
 
 @contextmanager
-def _fresh_pg_database(postgres_url: str, admin_engine: Engine) -> Iterator[str]:
+def _fresh_pg_database(
+    postgres_url: str, admin_engine: Engine, template: str | None = None
+) -> Iterator[str]:
     name = f"t_{secrets.token_hex(8)}"
+    create = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
     with admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(create))
     try:
         yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
     finally:
@@ -145,10 +156,42 @@ def _fresh_pg_database(postgres_url: str, admin_engine: Engine) -> Iterator[str]
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-@pytest.fixture
-def pg_database_url(postgres_url: str, _pg_admin_engine: Engine) -> Iterator[str]:
-    """URL of a fresh, empty PostgreSQL database, dropped (WITH FORCE) after the test."""
+@pytest.fixture(scope="session")
+def head_copies() -> set[str]:
+    """The URLs `pg_database_url` and `sqlite_database_url` made as copies of a database
+    at head. A test whose fixtures include this one (the shared `store_url` does) gets
+    such a copy instead of an empty database: `cadence_store.upgrade` runs once per
+    session (per xdist worker) on each engine, not once per test."""
+    return set()
+
+
+def _wants_head_copy(request: pytest.FixtureRequest) -> bool:
+    return "head_copies" in request.fixturenames
+
+
+@pytest.fixture(scope="session")
+def _pg_head_template(postgres_url: str, _pg_admin_engine: Engine) -> Iterator[str]:
+    """Name of a database at head that `pg_database_url` copies (CREATE DATABASE ...
+    TEMPLATE), closed to connections once upgraded: a copy needs it to have none (and
+    autovacuum leaves such a database alone)."""
     with _fresh_pg_database(postgres_url, _pg_admin_engine) as url:
+        cadence_store.upgrade(url)
+        name = make_url(url).database
+        with _pg_admin_engine.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false'))
+        yield str(name)
+
+
+@pytest.fixture
+def pg_database_url(
+    request: pytest.FixtureRequest, postgres_url: str, _pg_admin_engine: Engine
+) -> Iterator[str]:
+    """URL of a fresh PostgreSQL database, dropped (WITH FORCE) after the test: empty, or
+    a copy of one at head when the test's fixtures include `head_copies`."""
+    template = request.getfixturevalue("_pg_head_template") if _wants_head_copy(request) else None
+    with _fresh_pg_database(postgres_url, _pg_admin_engine, template) as url:
+        if template is not None:
+            request.getfixturevalue("head_copies").add(url)
         yield url
 
 
@@ -165,10 +208,27 @@ def pg_module_database_url(postgres_url: str, _pg_admin_engine: Engine) -> Itera
 # --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="session")
+def _sqlite_head_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database file at head that `sqlite_database_url` copies (WAL mode is kept in
+    the file's header; the upgrade's engine is closed, so no -wal file is left)."""
+    path = tmp_path_factory.mktemp("head-template") / "store.sqlite3"
+    cadence_store.upgrade(f"sqlite:///{path}")
+    leftovers = [p.name for p in path.parent.iterdir() if p != path]
+    assert not leftovers, f"the template's upgrade left {leftovers}"
+    return path
+
+
 @pytest.fixture
-def sqlite_database_url(tmp_path: Path) -> str:
-    """URL of a fresh SQLite database file in the test's tmp_path."""
-    return f"sqlite:///{tmp_path}/store.sqlite3"
+def sqlite_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of a fresh SQLite database file in the test's tmp_path: no file yet, or a copy
+    of one at head when the test's fixtures include `head_copies`."""
+    path = tmp_path / "store.sqlite3"
+    url = f"sqlite:///{path}"
+    if _wants_head_copy(request):
+        shutil.copyfile(request.getfixturevalue("_sqlite_head_template"), path)
+        request.getfixturevalue("head_copies").add(url)
+    return url
 
 
 # --------------------------------------------------------------------------

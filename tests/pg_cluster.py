@@ -25,7 +25,8 @@ regardless of permissions; the socket itself is created world-accessible.
 Environment variables:
 
 * ``CADENCE_PG_BIN``: directory holding ``initdb``/``pg_ctl`` (overrides search).
-* ``CADENCE_PG_FAST=1``: start with ``fsync=off`` (default keeps fsync on).
+* ``CADENCE_PG_FAST=1``: start with ``fsync=off`` (default keeps fsync on; the test
+  session's cluster passes ``fsync=False`` itself, see tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -143,6 +144,10 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
 
 
+def _fsync_wanted(fsync: bool | None) -> bool:
+    return os.environ.get("CADENCE_PG_FAST") != "1" if fsync is None else fsync
+
+
 def _free_port() -> int:
     # Only names the socket file (no TCP listener), but keep it a free port
     # anyway so the URL never points at somebody else's server by accident.
@@ -216,8 +221,10 @@ class _Cleanup:
 
 
 @contextlib.contextmanager
-def throwaway_cluster() -> Iterator[str]:
-    """Start a private PostgreSQL server; yield an SQLAlchemy URL to ``cadence_test``."""
+def throwaway_cluster(*, fsync: bool | None = None) -> Iterator[str]:
+    """Start a private PostgreSQL server; yield an SQLAlchemy URL to ``cadence_test``.
+
+    ``fsync`` None: on unless ``CADENCE_PG_FAST=1``."""
     ok, reason = pg_available()
     if not ok:
         raise RuntimeError(reason)
@@ -278,7 +285,7 @@ def throwaway_cluster() -> Iterator[str]:
             "unix_socket_permissions": "0777",
             "port": str(port),
             "max_connections": "100",
-            "fsync": "off" if os.environ.get("CADENCE_PG_FAST") == "1" else "on",
+            "fsync": "on" if _fsync_wanted(fsync) else "off",
         }
         with (data / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write("\n# throwaway test cluster (tests/pg_cluster.py)\n")

@@ -2,7 +2,8 @@
 registered in tests/conftest.py), each defined once:
 
 - ``clock``: a `FakeClock` (int milliseconds) the test moves by hand;
-- ``store_url``: the ``database_url`` after ``cadence_store.upgrade``;
+- ``store_url``: the ``database_url`` after ``cadence_store.upgrade`` (a copy of a
+  database the session upgraded once: see ``head_copies`` in tests/conftest.py);
 - ``run_store`` / ``store``: ``RunStore(store_url, root_hash=ROOT_HASH, clock=clock)``,
   closed afterwards (tests/integration/conftest.py overrides ``store`` to run its suite
   through every entry point);
@@ -35,8 +36,10 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def store_url(database_url: str) -> str:
-    cadence_store.upgrade(database_url)
+def store_url(database_url: str, head_copies: set[str]) -> str:
+    # a copy of the session's database at head (tests/conftest.py) is already upgraded
+    if database_url not in head_copies:
+        cadence_store.upgrade(database_url)
     return database_url
 
 

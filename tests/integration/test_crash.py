@@ -49,6 +49,8 @@ import cadence_store
 from cadence_store import RunStore
 from cadence_store.storage.models import events, operations, runs
 
+pytestmark = pytest.mark.campaign  # kill -9 loops: the campaign step (docs/development.md)
+
 CHILD = Path(__file__).resolve().with_name("crash_child.py")
 ROOT_HASH = "ab" * 32
 SEED = 20261129

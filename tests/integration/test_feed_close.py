@@ -63,12 +63,14 @@ def _settled(backends: Callable[[], int], expected: int) -> int:
     return count
 
 
-def _thread_names() -> list[str]:
-    return sorted(thread.name for thread in threading.enumerate())
+def _threads_started_since(before: set[threading.Thread]) -> list[str]:
+    """The threads alive now that were not before: a thread an earlier test left, which
+    may end meanwhile, is not this test's."""
+    return sorted(thread.name for thread in set(threading.enumerate()) - before)
 
 
 def test_close_releases_the_notifier_and_the_followers_connections(store_url, backends):
-    connections, threads = backends(), _thread_names()
+    connections, threads = backends(), set(threading.enumerate())
     for cycle in range(CYCLES):
         store = RunStore(store_url, root_hash=ROOT_HASH)
         store.start_run("abel-design", provisional_key=f"{cycle:064x}", operation_id=f"s{cycle}")
@@ -79,7 +81,7 @@ def test_close_releases_the_notifier_and_the_followers_connections(store_url, ba
             assert next(items).position == 1
             items.close()
         store.close()
-    assert _thread_names() == threads
+    assert _threads_started_since(threads) == []
     assert _settled(backends, connections) == connections
 
 
@@ -96,7 +98,7 @@ def test_aclose_releases_the_notifier_and_the_followers_connections(store_url, b
                     break
             await store.aclose()
 
-    connections, threads = backends(), _thread_names()
+    connections, threads = backends(), set(threading.enumerate())
     asyncio.run(cycles())  # its default executor's threads end with the loop
-    assert _thread_names() == threads
+    assert _threads_started_since(threads) == []
     assert _settled(backends, connections) == connections

@@ -17,7 +17,7 @@ from support import ROOT_HASH
 import cadence_store
 from cadence_store import AsyncRunStore, FeedItem, RunStore
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.campaign]
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from support import ROOT_HASH
 import cadence_store
 from cadence_store import RunStore
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.campaign]
 
 WRITERS = 4
 WRITER = Path(__file__).resolve().parent / "failover_writer.py"

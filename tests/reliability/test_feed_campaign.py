@@ -38,6 +38,8 @@ import feed_workers  # noqa: E402
 import cadence_store  # noqa: E402
 from cadence_store import RunStore  # noqa: E402
 
+pytestmark = pytest.mark.campaign  # writer processes for seconds: the campaign step
+
 WRITERS = 4
 RUNS = 6
 PROCESS_TIMEOUT_S = 120

@@ -460,6 +460,7 @@ def _run_campaign(
     return rows
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize(
     "campaign",
     [pytest.param(SHORT, id="short"), pytest.param(LONG, id="long", marks=pytest.mark.slow)],
@@ -473,6 +474,7 @@ def test_fencing_campaign_has_no_violations(
     assert {"grant", "write", "renew"} <= kinds, kinds
 
 
+@pytest.mark.campaign
 def test_the_checker_catches_a_weakened_fence(
     campaign_pools: dict[int, CampaignPool], database_url: str
 ) -> None:

@@ -608,6 +608,7 @@ def _report(world: World) -> None:
     assert not verdicts.failures, "\n".join(verdicts.failures[:40])
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("group", list(EXPLICIT_GROUPS))
 def test_each_hostile_value_in_each_parameter(world: World, group: str) -> None:
     for name in EXPLICIT_GROUPS[group]:
@@ -737,6 +738,7 @@ def _generated(world: World, name: str) -> None:
     fuzz()
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("group", list(EXPLICIT_GROUPS))
 def test_generated_arguments(world: World, group: str) -> None:
     for name in EXPLICIT_GROUPS[group]:

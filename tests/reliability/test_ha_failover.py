@@ -32,7 +32,7 @@ from pg_cluster import pg_available
 import cadence_store
 from cadence_store.storage.engine import parse_url
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.campaign]
 
 SLACK_S = 1.0
 

@@ -1310,6 +1310,7 @@ def _every_call_was_made(campaign: Campaign) -> None:
     assert expected <= set(totals), sorted(expected - set(totals))
 
 
+@pytest.mark.campaign
 class TestModelSQLite:
     def test_store_agrees_with_the_model(self, sqlite_database_url: str) -> None:
         _every_call_was_made(_run(sqlite_database_url, BOUNDED))
@@ -1320,6 +1321,7 @@ class TestModelSQLite:
 
 
 @pytest.mark.postgres
+@pytest.mark.campaign
 class TestModelPostgreSQL:
     def test_store_agrees_with_the_model(self, pg_database_url: str) -> None:
         _every_call_was_made(_run(pg_database_url, BOUNDED))

@@ -45,7 +45,7 @@ import cadence_store
 from cadence_store import AsyncRunStore, CadenceStoreError, RunStore
 from cadence_store.cli import main
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.campaign]
 
 TIMEOUT_S = 3.0  # the writers' failover_timeout_s in the outage campaigns
 SLACK_S = 1.0
