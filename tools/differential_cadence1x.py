@@ -41,7 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from differential_calls import Call, Chooser, Knowledge  # noqa: E402
-from differential_findings import Difference, Tally, classify, report  # noqa: E402
+from differential_findings import (  # noqa: E402
+    Difference,
+    Tally,
+    classify,
+    classify_verification,
+    report,
+)
 from differential_sides import (  # noqa: E402
     HostRefused,
     Outcome,
@@ -97,6 +103,7 @@ class Episode:
         connection.close()
         self.chooser = Chooser(seed * 1_000_003 + number, self.known)
         self.log: list[dict[str, Any]] = []
+        self.answered: list[tuple[Call, Outcome]] = []  # every call, with cadence 1.x's answer
         self.trace: list[tuple[Call, Outcome, Outcome]] | None = None  # kept when replaying
 
     def close(self) -> None:
@@ -138,6 +145,7 @@ class Episode:
             }
         )
         js = js_outcome(call.name, answer)
+        self.answered.append((call, js))
         if self.trace is not None:
             self.trace.append((call, py, js))
         context.update(
@@ -203,7 +211,8 @@ class Episode:
         """The run's stored sequence in cadence-store's file (None: no such run)."""
         if not isinstance(run_id, str) or not run_id.isascii():
             return None
-        return self._stored("SELECT sequence FROM runs WHERE run_id = ?", run_id)
+        sequence: int | None = self._stored("SELECT sequence FROM runs WHERE run_id = ?", run_id)
+        return sequence
 
     def _stored(self, query: str, *parameters: str) -> Any:
         """One value of cadence-store's file (None: no row)."""
@@ -261,7 +270,12 @@ class Episode:
                     verified = adopted_store.verify_integrity(run_id).to_json()
                     events = [event.to_dict() for event in adopted_store.list_events(run_id)]
                 except CadenceStoreError as error:
-                    self._verification_difference(index, f"{what}: {error.code}", str(error))
+                    self._verification_difference(
+                        index,
+                        f"{what}: {error.code}",
+                        str(error),
+                        classify_verification(str(error), run_id, self.answered),
+                    )
                     continue
                 status = self.worker.ask({"call": "status", "args": [run_id]})
                 if verified != status.get("json"):
@@ -285,10 +299,12 @@ class Episode:
         finally:
             reference.close()
 
-    def _verification_difference(self, index: int, what: str, problem: str) -> None:
+    def _verification_difference(
+        self, index: int, what: str, problem: str, label: str = "undocumented"
+    ) -> None:
         self.tally.differences.append(
             Difference(
-                "undocumented",
+                label,
                 "verification",
                 self.seed,
                 self.number,
@@ -296,7 +312,9 @@ class Episode:
                 {
                     "what": what,
                     "problem": problem[:1000],
-                    "calls_before": short(self.log[-LOG_KEPT:], 200),
+                    "calls_before": short(self.log[-LOG_KEPT:], 200)
+                    if label == "undocumented"
+                    else len(self.log),
                 },
             )
         )
@@ -363,7 +381,8 @@ def replay(path: Path, directory: Path) -> None:
     try:
         for index in range(len(calls)):
             episode.step(index)
-        episode.compare_tables(-1)
+        # as in a run, rows a call's difference left behind are that difference's
+        episode.compare_tables(-1, after_difference=bool(episode.tally.differences))
         episode.cross_verify(-1)
     finally:
         episode.close()
@@ -373,6 +392,8 @@ def replay(path: Path, directory: Path) -> None:
         print(f"    cadence 1.x   {js[0]} {short(js[1], 400)}")
     for difference in episode.tally.differences:
         print(f"difference: {difference.group()}")
+        if difference.where == "verification":
+            print(f"    {difference.detail['problem'][:400]}")
 
 
 def run(

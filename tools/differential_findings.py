@@ -6,6 +6,7 @@ case, else as undocumented; the run's `Tally`, and its table and JSON (`report`)
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections import Counter
@@ -75,9 +76,82 @@ def cause(difference: Difference) -> str:
     return ", ".join(odd) if odd else "well-typed input"
 
 
+TYPED = "arguments-have-their-declared-json-types"
+
+# The README's "Arguments have their declared JSON types": the fields whose JSON type the
+# contract (cadence 1.x's TypeScript) declares, that type, whether leaving the field out
+# (or null) is allowed, and the codes cadence-store refuses another type with.
+DECLARED: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "runId": ("string", False, ("invalid-run-id",)),
+    "operationId": ("string", False, ("invalid-operation-id",)),
+    "change": ("string", True, ("invalid-change",)),
+    "provisionalKey": ("string", True, ("invalid-run-lookup-key",)),
+    "provisionalAliases": ("strings", True, ("invalid-run-lookup-key",)),
+    "code": ("string", True, ("invalid-transition-code",)),
+    "preempt": ("boolean", True, ("invalid-lease-option",)),
+    "exclusive": ("boolean", True, ("invalid-lease-option",)),
+    "outcome": ("object", False, ("operation-outcome-invalid",)),
+}
+# start_run refuses a change of another type as a lookup key when a key is given too
+ALSO_REFUSED_AS = {("startRun", "change"): ("invalid-run-lookup-key",)}
+# positional arguments, by call: the field each is
+POSITIONAL = {
+    "inspectOperation": ("runId", "operationId"),
+    "status": ("runId",),
+    "listEvents": ("runId",),
+    "rebuildProjection": ("runId",),
+    "verifyIntegrity": ("runId",),
+    "commitLease": (None, "outcome"),  # the lease mapping: "lease-mappings-are-checked"
+}
+
+
+def has_declared_type(kind: str, value: Any) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "strings":
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    return isinstance(value, dict)  # "object"
+
+
+def arguments(call: Call) -> list[tuple[str, Any]]:
+    """The call's (field, value) pairs that `DECLARED` names (a lease's own fields never)."""
+    if call.name in POSITIONAL:
+        return [
+            (name, value)
+            for name, value in zip(POSITIONAL[call.name], call.args, strict=False)
+            if name is not None
+        ]
+    if not call.args:
+        return []
+    items = call.args[0] if isinstance(call.args[0], list) else [call.args[0]]
+    return [
+        (key, value)
+        for item in items
+        if isinstance(item, dict)
+        for key, value in item.items()
+        if key in DECLARED
+    ]
+
+
+def odd_typed(call: Call) -> dict[str, tuple[str, ...]]:
+    """The fields of `call` holding a value of another JSON type than declared, each with
+    the codes cadence-store refuses it with."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, value in arguments(call):
+        kind, optional, codes = DECLARED[name]
+        if (value is None and optional) or has_declared_type(kind, value):
+            continue
+        found[name] = codes + ALSO_REFUSED_AS.get((call.name, name), ())
+    return found
+
+
 def classify(call: Call, py: Outcome, js: Outcome, context: dict[str, Any]) -> str:
     """The README's name for this difference when it is exactly that case."""
     name, writes_py, writes_js = call.name, context["writes_py"], context["writes_js"]
+    if py[0] == "error" and js != py and any(py[1] in codes for codes in odd_typed(call).values()):
+        return TYPED
     if (
         name in ("bindDeliveryAtomically", "bindDeliveriesAtomically")
         and writes_py == 0 < writes_js
@@ -110,6 +184,59 @@ def classify(call: Call, py: Outcome, js: Outcome, context: dict[str, Any]) -> s
         return "a-hosts-failure-is-the-hosts"
     if "malformed-lease" in call.tags and py == ("error", "invalid-lease"):
         return "lease-mappings-are-checked"
+    return "undocumented"
+
+
+def _stored_json(value: Any) -> str:
+    """The text cadence 1.x's `JSON.stringify` stored for a JSON value."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def classify_verification(problem: str, run_id: str, accepted: list[tuple[Call, Outcome]]) -> str:
+    """The README's name for cadence-store's refusal to verify run `run_id` of an adopted
+    1.x file, when the episode's log (`accepted`: every call, with cadence 1.x's answer)
+    shows the odd-typed call cadence 1.x accepted that wrote the row refused; else
+    undocumented."""
+    outcome = re.fullmatch(
+        r"operation-outcome-invalid: run (\S+): operation (.+): outcome_json: "
+        r"expected 'a JSON object', stored '(.*)'",
+        problem,
+        re.DOTALL,
+    )
+    if outcome is not None and outcome.group(1) == run_id:
+        operation_id, stored = outcome.group(2), outcome.group(3)
+        for call, js in accepted:
+            lease = call.args[0] if call.name == "commitLease" else None
+            if (
+                js[0] == "ok"
+                and isinstance(lease, dict)
+                and "outcome" in odd_typed(call)
+                and lease.get("runId") == run_id
+                and lease.get("operationId") == operation_id
+                and _stored_json(call.args[1]) == stored
+            ):
+                return TYPED
+        return "undocumented"
+    column = re.fullmatch(
+        r"run-projection-integrity-mismatch: runs\.(change_name|provisional_key): "
+        r"expected None, stored '(.*)'",
+        problem,
+        re.DOTALL,
+    )
+    if column is not None:
+        field_name = {"change_name": "change", "provisional_key": "provisionalKey"}[column.group(1)]
+        for call, js in accepted:
+            if (
+                call.name == "startRun"
+                and js[0] == "ok"
+                and field_name in odd_typed(call)
+                and json.loads(js[1]).get("runId") == run_id
+                # node:sqlite binds a JavaScript number as a REAL; STRICT TEXT keeps its text
+                and isinstance(value := call.args[0][field_name], int | float)
+                and not isinstance(value, bool)
+                and column.group(2) == repr(float(value))
+            ):
+                return TYPED
     return "undocumented"
 
 

@@ -17,7 +17,7 @@ from cadence_store import CadenceStoreError, RunStore
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from differential_calls import Call, Chooser, Knowledge
-from differential_findings import classify
+from differential_findings import TYPED, classify, classify_verification
 from differential_sides import HostRefused, call_cadence_store, python_outcome
 
 ROOT_HASH = "ab" * 32
@@ -124,6 +124,80 @@ OK = ("ok", '{"sequence":2}')
             {},
             "undocumented",
         ),
+        (  # a number as an operation id, refused with its code; 1.x took it
+            Call("startRun", [{"stage": "abel-implement", "change": "a", "operationId": 7}]),
+            ("error", "invalid-operation-id"),
+            OK,
+            {},
+            TYPED,
+        ),
+        (  # and where 1.x refused it otherwise
+            Call("transition", [{"runId": "r", "to": "paused", "operationId": "m", "code": 5}]),
+            ("error", "invalid-transition-code"),
+            ("error", "run-not-found"),
+            {},
+            TYPED,
+        ),
+        (
+            Call("status", [5]),
+            ("error", "invalid-run-id"),
+            ("error", "run-not-found"),
+            {},
+            TYPED,
+        ),
+        (
+            Call("acquireLease", [{"runId": "r", "operationId": "o", "ttlMs": 5, "preempt": 1}]),
+            ("error", "invalid-lease-option"),
+            OK,
+            {},
+            TYPED,
+        ),
+        (
+            Call("commitLease", [LEASE, None]),
+            ("error", "operation-outcome-invalid"),
+            ("error", "lease-fenced"),
+            {},
+            TYPED,
+        ),
+        (  # a change of another type with a key: start_run's lookup-key code
+            Call("startRun", [{"stage": "abel-design", "provisionalKey": "k", "change": 7}]),
+            ("error", "invalid-run-lookup-key"),
+            OK,
+            {},
+            TYPED,
+        ),
+        (  # the tag says so, the values do not: well-typed
+            Call(
+                "transition",
+                [{"runId": "r", "to": "paused", "operationId": "m", "code": "5"}],
+                tags=("code a number",),
+            ),
+            ("error", "invalid-transition-code"),
+            OK,
+            {},
+            "undocumented",
+        ),
+        (  # another type, but another code than that field's
+            Call("startRun", [{"stage": "abel-implement", "change": "a", "operationId": 7}]),
+            ("error", "invalid-change"),
+            OK,
+            {},
+            "undocumented",
+        ),
+        (  # the same answer: not this case
+            Call("status", [5]),
+            ("error", "invalid-run-id"),
+            ("error", "invalid-run-id"),
+            {},
+            "undocumented",
+        ),
+        (  # a revision of another type is not among the README's fields
+            Call("bindDelivery", [{"runId": "r", "revision": "1", "operationId": "b"}]),
+            ("error", "invalid-delivery-binding"),
+            OK,
+            {},
+            "undocumented",
+        ),
     ],
 )
 def test_a_difference_is_documented_only_when_it_is_exactly_the_readmes_case(
@@ -143,3 +217,79 @@ def test_a_difference_is_documented_only_when_it_is_exactly_the_readmes_case(
         **context,
     }
     assert classify(call, cadence_store_answer, cadence_1x_answer, full) == label
+
+
+RUN = "01a24d94-ae04-7c1a-8fec-6665057fd359"
+OUTCOME_PROBLEM = (
+    f"operation-outcome-invalid: run {RUN}: operation lease-1: outcome_json: "
+    "expected 'a JSON object', stored '\"text\"'"
+)
+LEASE_1 = {"runId": RUN, "operationId": "lease-1", "token": "t", "expiresAt": 5}
+CHANGE_PROBLEM = "run-projection-integrity-mismatch: runs.change_name: expected None, stored '7.0'"
+STARTED = ("ok", f'{{"runId":"{RUN}","stage":"abel-design","state":"created"}}')
+
+
+@pytest.mark.parametrize(
+    ("problem", "answered", "label"),
+    [
+        (OUTCOME_PROBLEM, [(Call("commitLease", [LEASE_1, "text"]), ("ok", "text"))], TYPED),
+        # cadence 1.x refused the odd commit: something else wrote the row
+        (
+            OUTCOME_PROBLEM,
+            [(Call("commitLease", [LEASE_1, "text"]), ("error", "x"))],
+            "undocumented",
+        ),
+        # another operation, another outcome, or no such call at all
+        (
+            OUTCOME_PROBLEM,
+            [
+                (
+                    Call("commitLease", [{**LEASE_1, "operationId": "lease-2"}, "text"]),
+                    ("ok", "text"),
+                )
+            ],
+            "undocumented",
+        ),
+        (OUTCOME_PROBLEM, [(Call("commitLease", [LEASE_1, 5]), ("ok", 5))], "undocumented"),
+        (OUTCOME_PROBLEM, [], "undocumented"),
+        (
+            CHANGE_PROBLEM,
+            [
+                (
+                    Call(
+                        "startRun", [{"stage": "abel-design", "provisionalKey": "k", "change": 7}]
+                    ),
+                    STARTED,
+                )
+            ],
+            TYPED,
+        ),
+        (  # a well-typed start of that run
+            CHANGE_PROBLEM,
+            [(Call("startRun", [{"stage": "abel-design", "provisionalKey": "k"}]), STARTED)],
+            "undocumented",
+        ),
+        (  # the odd start made another run
+            CHANGE_PROBLEM,
+            [
+                (
+                    Call(
+                        "startRun", [{"stage": "abel-design", "provisionalKey": "k", "change": 7}]
+                    ),
+                    ("ok", '{"runId":"another"}'),
+                )
+            ],
+            "undocumented",
+        ),
+        (  # a verification problem of no odd input
+            f"operation-state-invalid: run {RUN}: operation start-1: state: expected "
+            "'committed', stored 'running'",
+            [(Call("commitLease", [LEASE_1, "text"]), ("ok", "text"))],
+            "undocumented",
+        ),
+    ],
+)
+def test_a_verification_difference_is_typed_only_when_the_log_shows_the_odd_call_that_wrote_it(
+    problem: str, answered: list[tuple[Call, tuple[str, Any]]], label: str
+) -> None:
+    assert classify_verification(problem, RUN, answered) == label
