@@ -9,24 +9,17 @@ from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..errors import InvalidInputError
+from ..storage.backends import backend_of_url
 from ..storage.database_url import sync_twin_url
 from ..storage.engine import parse_url, store_engine_arguments, use_store_pragmas
-
-# A synchronous driver's URL names the async driver of the same database.
-_ASYNC_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+pysqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+psycopg",
-    "postgres": "postgresql+psycopg",
-}
 
 
 def async_database_url(url: str | URL) -> URL:
     """`url` with an async driver: `sqlite` → `sqlite+aiosqlite`, `postgresql` →
     `postgresql+psycopg` (psycopg 3 serves both; SQLAlchemy picks its async mode)."""
     parsed = parse_url(url)
-    driver = _ASYNC_DRIVERS.get(parsed.drivername)
-    return parsed if driver is None else parsed.set(drivername=driver)
+    backend = backend_of_url(parsed)  # a synchronous URL names the async driver's twin
+    return parsed if backend is None else backend.async_url(parsed)
 
 
 def create_async_store_engine(url: str | URL, **engine_options: Any) -> AsyncEngine:

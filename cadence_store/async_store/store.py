@@ -37,7 +37,8 @@ from ..journal import RunEvent
 from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
 from ..repository.run_repository import EVENT_BATCH, Clock
-from ..storage.engine import is_sqlite, missing_sqlite_file
+from ..storage.backends import backend_for
+from ..storage.engine import missing_sqlite_file
 from ..storage.failures import READ, database_errors
 from ..storage.schema import require_schema_name, schema_options, upgrade_command
 from ..storage.shape import assert_store_ready
@@ -120,7 +121,7 @@ class AsyncRunStore(AsyncRunStoreCalls):
                     if self._threaded and not isinstance(read_bind, AsyncEngine)
                     else self._async_engine(read_bind, engine_options).sync_engine
                 )
-            if self.schema is not None and is_sqlite(self.engine.sync_engine):
+            if self.schema is not None and not backend_for(self.engine).named_schemas:
                 raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
             missing = missing_sqlite_file(self.engine.sync_engine)
             if missing is not None:
@@ -144,7 +145,7 @@ class AsyncRunStore(AsyncRunStoreCalls):
     @property
     def dialect_name(self) -> str:
         """The engine's name (`sqlite`, `postgresql`)."""
-        return str(self.engine.dialect.name)
+        return backend_for(self.engine).name
 
     @classmethod
     async def open(cls, root: StateRoot, *, clock: Clock | None = None) -> AsyncRunStore:

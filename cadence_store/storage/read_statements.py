@@ -11,6 +11,7 @@ from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from ..journal.views import RunListing
 from ..journal.vocabulary import KIND_LEASE, STATE_SETTING_EVENTS
+from .backends import Backend
 from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
     BindingDetailRow,
@@ -214,7 +215,7 @@ def _listing(
     since: bool,
     until: bool,
 ) -> Query[ListedRunRow]:
-    def build(_dialect_name: str) -> ClauseElement:
+    def build(_backend: Backend) -> ClauseElement:
         statement = select(
             runs.c.run_id, runs.c.projection_json, runs.c.created_at, runs.c.updated_at
         )
