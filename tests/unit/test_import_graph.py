@@ -1,7 +1,7 @@
 """The package's import graph: layers that only import downwards, no circle, no reach-in.
 
 Layers, bottom up: `errors`; the pure `journal` and `telemetry`; `storage` (tables,
-statements, dialects, schema, engines); `repository` (the rules over one transaction);
+statements, backends, schema, engines); `repository` (the rules over one transaction);
 `store` (transactions, the retry loop, the unit of work); `async_store` and `transfer` (built
 on the store); `parallel_verify` (stores and export files across processes); then the web
 view `web` and the entry points `testing`, `cli` (whose `serve` runs `web`) and the
