@@ -54,6 +54,7 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
         engine.dispose()
         raise InvalidInputError("invalid-database-url", problem)
     backend.prepare_engine(engine)
+    backend.bound_attempts(engine)
     return engine
 
 

@@ -230,6 +230,11 @@ class Backend(ABC):
         """Set up an engine cadence-store made (its connections' settings)."""
         return None  # nothing to do on an engine without it
 
+    def bound_attempts(self, engine: Engine) -> None:
+        """Bound each attempt of a call on cadence-store's own sync `engine` by the call's
+        budget (`call_budget`), where a connection can hang on the network."""
+        return None  # nothing to do on an engine without it
+
     def configure_host_engine(self, engine: Engine) -> Engine:
         """`configure_engine`: a host's engine made fit for concurrent writers."""
         return engine

@@ -232,7 +232,7 @@ class PostgreSQLBackend(Backend):
             return url.set(drivername=self.async_drivername)
         return url
 
-    def prepare_engine(self, engine: Engine) -> None:
+    def bound_attempts(self, engine: Engine) -> None:
         # each attempt of a call is bounded by what is left of its `failover_timeout_s`
         bound_attempts(engine)
 
