@@ -238,7 +238,8 @@ from ..journal.tree_views import (
 )
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
-from ..repository.run_repository import DELIVERY_BOUND, RunRepository
+from ..journal.vocabulary import DELIVERY_BOUND
+from ..repository.run_repository import RunRepository
 from ..telemetry import traced
 """
 

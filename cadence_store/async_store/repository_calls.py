@@ -240,8 +240,8 @@ class AsyncRunRepositoryCalls(ABC):
 
         `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
         last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
-        appended to strictly after / before that time (ms; runs without times never match)."""
+        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
+        to strictly after / before that time (ms; runs without times never match)."""
         return await self.run_sync(
             lambda runs: runs.list_runs(
                 stage=stage,

@@ -248,8 +248,8 @@ class AsyncRunStoreCalls(ABC):
 
         `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
         last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
-        appended to strictly after / before that time (ms; runs without times never match)."""
+        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
+        to strictly after / before that time (ms; runs without times never match)."""
         return await self._on_store(
             RunStore.list_runs,
             stage=stage,

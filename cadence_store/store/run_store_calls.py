@@ -14,7 +14,8 @@ from ..journal import OperationLease, RunEvent, RunProjection
 from ..journal.feed import FeedItem
 from ..journal.values import ApprovalProof, BindDelivery
 from ..journal.views import RunDetail, StoreCounts
-from ..repository.run_repository import DELIVERY_BOUND, RunRepository
+from ..journal.vocabulary import DELIVERY_BOUND
+from ..repository.run_repository import RunRepository
 from ..telemetry import traced
 from . import following, host_calls
 from .following import DEFAULT_POLL_S, Stop
@@ -226,8 +227,8 @@ class RunStoreCalls(ABC):
 
         `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
         last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
-        appended to strictly after / before that time (ms; runs without times never match)."""
+        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
+        to strictly after / before that time (ms; runs without times never match)."""
         return self.transactions.read(
             lambda runs: runs.list_runs(
                 stage=stage,
