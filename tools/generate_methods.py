@@ -50,11 +50,15 @@ class Source:
 
 @dataclass(frozen=True)
 class Method:
-    """A generated method: `source`'s signature and docstring, `body` its code (a
-    template: `{name}`, `{arguments}`: the call's arguments, passed on as received)."""
+    """A generated method: `source`'s signature, `body` its code (a template: `{name}`,
+    `{arguments}`: the call's arguments, passed on as received) and `doc` its docstring
+    (a template of `{name}`: one line naming the call it runs and how, whose full text is
+    stated once, at the source; None: the source's docstring, where the source is not a
+    public method, e.g. a function of `host_calls.py`)."""
 
     source: Source
     body: str
+    doc: str | None
     asynchronous: bool = False
     decorator: str | None = "@traced"
 
@@ -144,16 +148,33 @@ return self.transactions.write(work, replaying({kind}, run_id, operation_id, wor
 """
 
 
+# the generated docstrings: what runs the call, the rest as its source states it
+SAME = "(same arguments, same result)"
+WRITE_DOC = f"`RunRepository.{{name}}` in a write transaction of its own, retried {SAME}."
+REPLAYING_WRITE_DOC = (
+    f"`RunRepository.{{name}}` in a write transaction of its own, retried {SAME}; a re-run"
+    " after a lost connection replays what the lost try committed."
+)
+READ_DOC = f"`RunRepository.{{name}}` in a read snapshot of its own {SAME}."
+ON_STORE_DOC = f"Await `RunStore.{{name}}`, run off the event loop {SAME}."
+HOST_CALL_DOC = (
+    f"Await `RunStore.{{name}}`, in an async unit of work of its own {SAME}; `write`"
+    " gets its `AsyncSession`, and what it returns is awaited if it is awaitable."
+)
+RUN_SYNC_DOC = f"Await `RunRepository.{{name}}` in this transaction (`run_sync`) {SAME}."
+
+
 def run_store_methods() -> list[Method]:
     """`RunStore`'s: the host-code calls, the repository's replaying write, its plain
     writes and its reads (one snapshot each), and the feed."""
+    replaying = REPLAYING_WRITE.replace("{kind}", "DELIVERY_BOUND")
     return [
-        *(Method(host_call(name), HOSTING_WRITE) for name in HOST_CALLS_NAMES),
-        Method(repository("start_run"), STARTING_WRITE),
-        Method(repository("bind_delivery"), REPLAYING_WRITE.replace("{kind}", "DELIVERY_BOUND")),
-        *(Method(repository(name), WRITE) for name in PLAIN_WRITES),
-        *(Method(repository(name), READ) for name in READS),
-        *(Method(feed(name), FEED_CALL) for name in FEED),
+        *(Method(host_call(name), HOSTING_WRITE, None) for name in HOST_CALLS_NAMES),
+        Method(repository("start_run"), STARTING_WRITE, WRITE_DOC),
+        Method(repository("bind_delivery"), replaying, REPLAYING_WRITE_DOC),
+        *(Method(repository(name), WRITE, WRITE_DOC) for name in PLAIN_WRITES),
+        *(Method(repository(name), READ, READ_DOC) for name in READS),
+        *(Method(feed(name), FEED_CALL, None) for name in FEED),
     ]
 
 
@@ -186,10 +207,13 @@ def async_store_methods() -> list[Method]:
     unit of work (their `write` awaited when it returns an awaitable)."""
     return [
         *(
-            Method(run_store(name), ON_STORE, asynchronous=True)
+            Method(run_store(name), ON_STORE, ON_STORE_DOC, asynchronous=True)
             for name in (*ASYNC_STORE_PROXIES, *TREE_CALLS)
         ),
-        *(Method(host_call(name), HOST_CALL, asynchronous=True) for name in HOST_CALLS_NAMES),
+        *(
+            Method(host_call(name), HOST_CALL, HOST_CALL_DOC, asynchronous=True)
+            for name in HOST_CALLS_NAMES
+        ),
     ]
 
 
@@ -208,7 +232,8 @@ ASYNC_REPOSITORY_PROXIES = (
 def async_repository_methods() -> list[Method]:
     """`AsyncRunRepository`'s: each `RunRepository` method through `run_sync`."""
     return [
-        Method(repository(name), RUN_SYNC, asynchronous=True) for name in ASYNC_REPOSITORY_PROXIES
+        Method(repository(name), RUN_SYNC, RUN_SYNC_DOC, asynchronous=True)
+        for name in ASYNC_REPOSITORY_PROXIES
     ]
 
 
@@ -362,6 +387,10 @@ def method_source(method: Method, texts: dict[Path, str]) -> str:
     signature, arguments = parameters(function, method.source)
     returns = "" if function.returns is None else f" -> {ast.unparse(result_of(function.returns))}"
     docstring = ast.get_docstring(function)
+    if method.doc is not None:
+        docstring = (
+            textwrap.fill(method.doc.format(name=function.name), width=84) if docstring else None
+        )
     if not docstring:
         raise SystemExit(
             f"{method.source.path}:{function.lineno}: {function.name} has no docstring"

@@ -37,12 +37,8 @@ class AsyncRunRepositoryCalls(ABC):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
-        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
-
-        The run is found again by its `change`, or by its `provisional_key` (and
-        `provisional_aliases`) for a design run without a change yet: a second start with
-        the same key returns that run. The same `operation_id` replays the recorded run.
-        Needs a root hash (`invalid-root-hash` otherwise)."""
+        """Await `RunRepository.start_run` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(
             lambda runs: runs.start_run(
                 stage,
@@ -55,9 +51,8 @@ class AsyncRunRepositoryCalls(ABC):
 
     @traced
     async def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
-        """Give the design run `run_id` its `change` (a `change-bound` event); returns the
-        projection. A run that cannot take a change (an implement run, or one that has a
-        change) is refused with `change-binding-not-allowed`."""
+        """Await `RunRepository.bind_change` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(
             lambda runs: runs.bind_change(run_id, change, operation_id=operation_id)
         )
@@ -74,11 +69,8 @@ class AsyncRunRepositoryCalls(ABC):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Record the receipt of delivery gate `gate` (`gate-a`, `gate-b`) at `revision`
-        (`delivery-bound` event and a `delivery_bindings` row), with an optional
-        `approval_proof`; returns the projection. The same gate and revision with the same
-        `receipt_hash` writes nothing more; another receipt is `delivery-revision-conflict`.
-        `lease`: the write is fenced by that lease."""
+        """Await `RunRepository.bind_delivery` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(
             lambda runs: runs.bind_delivery(
                 run_id,
@@ -101,12 +93,8 @@ class AsyncRunRepositoryCalls(ABC):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Move the run to state `to` (a `state-transitioned` event); returns the projection.
-
-        `code` is the pause code recorded with `paused`. An illegal move raises
-        `invalid-run-transition:FROM:TO`, an unknown state `event-integrity-state-mismatch`
-        (see the transition table). The same `operation_id` replays the recorded outcome.
-        `lease`: refused with `lease-fenced` unless it is the operation's live lease."""
+        """Await `RunRepository.transition` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(
             lambda runs: runs.transition(
                 run_id, to, operation_id=operation_id, code=code, lease=lease
@@ -117,8 +105,8 @@ class AsyncRunRepositoryCalls(ABC):
     async def transition_many(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[RunProjection]:
-        """Several transitions in one go (`transition_many_once`'s rules): the projection
-        after each request, in order."""
+        """Await `RunRepository.transition_many` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.transition_many(requests))
 
     @traced
@@ -132,13 +120,8 @@ class AsyncRunRepositoryCalls(ABC):
         exclusive: bool = False,
         lease_token: str | None = None,
     ) -> OperationLease:
-        """Grant a lease of `operation_id` on the run for `ttl_ms`, with the operation's
-        next fence. A live lease of the operation is returned as it is unless `preempt`
-        (`exclusive`: refused with `operation-already-running` instead). `lease_token`:
-        the token to grant (default: a fresh one); a live lease already granted under it
-        is returned as it is, whatever `preempt` and `exclusive` say: `RunStore` passes
-        the same token to every attempt of one call, so a re-run after a lost connection
-        finds the lease its first attempt took."""
+        """Await `RunRepository.acquire_lease` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(
             lambda runs: runs.acquire_lease(
                 run_id,
@@ -154,73 +137,74 @@ class AsyncRunRepositoryCalls(ABC):
     async def renew_lease(
         self, lease: OperationLease | Mapping[str, Any], ttl_ms: int
     ) -> OperationLease:
-        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
-        it is no longer the live grant."""
+        """Await `RunRepository.renew_lease` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(lambda runs: runs.renew_lease(lease, ttl_ms))
 
     @traced
     async def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
-        operation; writes nothing."""
+        """Await `RunRepository.assert_lease` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(lambda runs: runs.assert_lease(lease))
 
     @traced
     async def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """End a live lease with `outcome` (a JSON object), marking the operation committed;
-        returns the stored outcome. A second commit of the same lease is `lease-fenced` (the
-        outcome stays; `inspect_operation` shows it)."""
+        """Await `RunRepository.commit_lease` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(lambda runs: runs.commit_lease(lease, outcome))
 
     @traced
     async def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """End a live lease without an outcome, marking the operation interrupted (another
-        holder may then acquire it)."""
+        """Await `RunRepository.interrupt_lease` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.interrupt_lease(lease))
 
     @traced
     async def inspect_operation(
         self, run_id: str, operation_id: str, *, expire: bool = True
     ) -> OperationStatus | None:
-        """The state, outcome and lease of `operation_id` on the run (None: no such
-        operation); an expired lease found here is marked interrupted first, unless
-        `expire=False` (a read on a standby), which raises `ExpiryNeeded` instead."""
+        """Await `RunRepository.inspect_operation` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(
             lambda runs: runs.inspect_operation(run_id, operation_id, expire=expire)
         )
 
     @traced
     async def recover_expired_leases(self) -> int:
-        """Mark every expired running lease interrupted; returns how many were."""
+        """Await `RunRepository.recover_expired_leases` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.recover_expired_leases())
 
     @traced
     async def status(self, run_id: str) -> RunProjection:
-        """The run's stored projection (no replay); `run-not-found` if there is none."""
+        """Await `RunRepository.status` in this transaction (`run_sync`) (same arguments, same
+        result)."""
         return await self.run_sync(lambda runs: runs.status(run_id))
 
     @traced
     async def list_events(self, run_id: str) -> list[RunEvent]:
-        """The run's events in sequence order (`iter_events` streams them instead)."""
+        """Await `RunRepository.list_events` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(lambda runs: runs.list_events(run_id))
 
     @traced
     async def rebuild_projection(self, run_id: str) -> RunProjection:
-        """Replay the run's events and return the projection they produce (without comparing
-        it with the stored one: that is `verify_integrity`)."""
+        """Await `RunRepository.rebuild_projection` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.rebuild_projection(run_id))
 
     @traced
     async def verify_integrity(self, run_id: str) -> RunProjection:
-        """Replay the chain and compare it with everything stored about the run: the
-        projection (key order included), the run row's columns, the binding rows and the
-        operations rows (each journal receipt must be a projection the chain produced)."""
+        """Await `RunRepository.verify_integrity` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.verify_integrity(run_id))
 
     @traced
     async def run_ids(self) -> list[str]:
-        """Every run id in the store, sorted."""
+        """Await `RunRepository.run_ids` in this transaction (`run_sync`) (same arguments, same
+        result)."""
         return await self.run_sync(lambda runs: runs.run_ids())
 
     @traced
@@ -236,12 +220,8 @@ class AsyncRunRepositoryCalls(ABC):
         updated_after: int | None = None,
         updated_before: int | None = None,
     ) -> list[RunProjection]:
-        """Stored projections of the runs that match every filter given, in run id order.
-
-        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
-        last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
-        to strictly after / before that time (ms; runs without times never match)."""
+        """Await `RunRepository.list_runs` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(
             lambda runs: runs.list_runs(
                 stage=stage,
@@ -257,36 +237,28 @@ class AsyncRunRepositoryCalls(ABC):
 
     @traced
     async def run_detail(self, run_id: str) -> RunDetail:
-        """The run's projection, binding rows, operations (leases judged by the clock)
-        and state timeline."""
+        """Await `RunRepository.run_detail` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(lambda runs: runs.run_detail(run_id))
 
     @traced
     async def counts(self) -> StoreCounts:
-        """Rows of runs, events, operations and bindings, and runs per state."""
+        """Await `RunRepository.counts` in this transaction (`run_sync`) (same arguments, same
+        result)."""
         return await self.run_sync(lambda runs: runs.counts())
 
     @traced
     async def follower_position(self, follower: str) -> int:
-        """The position `follower` recorded last (`record_position`), 0 if none."""
+        """Await `RunRepository.follower_position` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.follower_position(follower))
 
     @traced
     async def read_feed(
         self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
     ) -> list[FeedItem]:
-        """Committed events with a position above `after`, in feed order (`limit` of them
-        at most; `run_id`: that run's only).
-
-        Positions are given after commit (PostgreSQL: by the appending process's feed
-        notifier, `storage.feed_notifier`; SQLite: by the append itself), so a reader
-        needs no write. Events still without one (an import, a writer that died between
-        its commit and its numbering) are numbered first (`number_feed`) when this
-        transaction can (read-write, READ COMMITTED, a role that may update the events):
-        the feed's numbering lock is then held until it ends, so such a transaction
-        should end soon. Otherwise they come later, after what is returned, once
-        numbered: a read-only role, a standby, a REPEATABLE READ transaction read what
-        is numbered."""
+        """Await `RunRepository.read_feed` in this transaction (`run_sync`) (same arguments,
+        same result)."""
         return await self.run_sync(
             lambda runs: runs.read_feed(after=after, limit=limit, run_id=run_id)
         )
@@ -295,20 +267,16 @@ class AsyncRunRepositoryCalls(ABC):
     async def bind_deliveries(
         self, requests: Iterable[BindDelivery | Mapping[str, Any]]
     ) -> RunProjection:
-        """Bind several deliveries of one run (`bind_deliveries_once`'s rules)."""
+        """Await `RunRepository.bind_deliveries` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.bind_deliveries(requests))
 
     @traced
     async def bind_deliveries_once(
         self, requests: Iterable[BindDelivery | Mapping[str, Any]]
     ) -> tuple[RunProjection, bool]:
-        """Bind deliveries of one run (one lease), and say whether any of them appended
-        an event: `(projection, appended)`.
-
-        `appended` is False when every request replayed its operation id or found its
-        binding already stored with the same receipt: a host `Session` adds its own rows
-        (an audit row, an outbox message) only when it is True, so a retried request adds
-        them once. The inputs follow `bind_deliveries_atomically`'s rules."""
+        """Await `RunRepository.bind_deliveries_once` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.bind_deliveries_once(requests))
 
     @traced
@@ -321,16 +289,8 @@ class AsyncRunRepositoryCalls(ABC):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> tuple[RunProjection, bool]:
-        """`transition`, and whether it appended a new event: `(projection, appended)`.
-
-        `appended` is False when the operation id was already recorded (a retried
-        request): the recorded projection comes back and nothing is written. This is how
-        a host `Session` (or `AsyncRunRepository` in an `AsyncSession`) knows whether to
-        add its own rows, exactly once per event::
-
-            run, appended = runs.transition_once(run_id, "paused", operation_id=request_id)
-            if appended:
-                session.add(AuditRow(run_id=run_id, request_id=request_id))"""
+        """Await `RunRepository.transition_once` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(
             lambda runs: runs.transition_once(
                 run_id, to, operation_id=operation_id, code=code, lease=lease
@@ -341,24 +301,14 @@ class AsyncRunRepositoryCalls(ABC):
     async def transition_many_once(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[tuple[RunProjection, bool]]:
-        """Each request (`Transition`, or a mapping of its fields) as `transition_once`
-        would answer it, called in order in this transaction: `(projection, appended)`.
-
-        The requests may name several runs, and an operation id twice (the second
-        replays the first). Their statements are sent together: on PostgreSQL four round
-        trips for the whole batch, where calls of `transition` take one each. A request
-        that would fail (an illegal move, an unknown run, an operation id of another
-        kind, bad input) raises its error, and nothing of the batch is written."""
+        """Await `RunRepository.transition_many_once` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(lambda runs: runs.transition_many_once(requests))
 
     @traced
     async def record_position(self, follower: str, position: int, *, rewind: bool = False) -> None:
-        """Record that `follower` has applied every item up to `position`, in this
-        transaction (with the host's rows: both commit, or neither).
-
-        A position below the one recorded is refused (`feed-position-backwards`, nothing
-        written): the follower would apply those items again. `rewind=True` moves it back
-        on purpose (a read model rebuilt from an earlier point)."""
+        """Await `RunRepository.record_position` in this transaction (`run_sync`) (same
+        arguments, same result)."""
         return await self.run_sync(
             lambda runs: runs.record_position(follower, position, rewind=rewind)
         )

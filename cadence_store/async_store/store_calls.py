@@ -53,12 +53,7 @@ class AsyncRunStoreCalls(ABC):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
-        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
-
-        The run is found again by its `change`, or by its `provisional_key` (and
-        `provisional_aliases`) for a design run without a change yet: a second start with
-        the same key returns that run. The same `operation_id` replays the recorded run.
-        Needs a root hash (`invalid-root-hash` otherwise)."""
+        """Await `RunStore.start_run`, run off the event loop (same arguments, same result)."""
         return await self._on_store(
             RunStore.start_run,
             stage,
@@ -70,9 +65,7 @@ class AsyncRunStoreCalls(ABC):
 
     @traced
     async def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
-        """Give the design run `run_id` its `change` (a `change-bound` event); returns the
-        projection. A run that cannot take a change (an implement run, or one that has a
-        change) is refused with `change-binding-not-allowed`."""
+        """Await `RunStore.bind_change`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.bind_change, run_id, change, operation_id=operation_id)
 
     @traced
@@ -87,11 +80,8 @@ class AsyncRunStoreCalls(ABC):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Record the receipt of delivery gate `gate` (`gate-a`, `gate-b`) at `revision`
-        (`delivery-bound` event and a `delivery_bindings` row), with an optional
-        `approval_proof`; returns the projection. The same gate and revision with the same
-        `receipt_hash` writes nothing more; another receipt is `delivery-revision-conflict`.
-        `lease`: the write is fenced by that lease."""
+        """Await `RunStore.bind_delivery`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(
             RunStore.bind_delivery,
             run_id,
@@ -113,22 +103,7 @@ class AsyncRunStoreCalls(ABC):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Move a run to state `to` (one `state-transitioned` event) and return its
-        projection; `code`: the pause code of a pause. The same `operation_id` replays the
-        recorded outcome; `lease`: refused with `lease-fenced` unless it is the
-        operation's live lease.
-
-        Its attempts, each a write that lands only on the head it names, until one lands:
-
-        1. in the call's transaction (`RunRepository.transition_once`): after the head
-           this store's last commit left the run at, without reading the row
-           (`_transition_after` on the remembered head; no lease given); then after the
-           stored head, read under its lock (`_transition_after` again); then, with no
-           receipt of `operation_id` committed, its replay, or the event from the stored
-           head with the receipt upserted (or the refusal raised);
-        2. that transaction again, whole, while it loses a race (PostgreSQL);
-        3. after a lost connection, the call again, replaying first what the lost try may
-           have committed (`retries.call_with_retries`)."""
+        """Await `RunStore.transition`, run off the event loop (same arguments, same result)."""
         return await self._on_store(
             RunStore.transition, run_id, to, operation_id=operation_id, code=code, lease=lease
         )
@@ -137,8 +112,8 @@ class AsyncRunStoreCalls(ABC):
     async def transition_many(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[RunProjection]:
-        """Several transitions, of one run or several, in one transaction; the projection
-        after each, in order (`RunRepository.transition_many_once`'s rules)."""
+        """Await `RunStore.transition_many`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.transition_many, requests)
 
     @traced
@@ -151,8 +126,8 @@ class AsyncRunStoreCalls(ABC):
         preempt: bool = False,
         exclusive: bool = False,
     ) -> OperationLease:
-        """Grant a lease on `operation_id` for `ttl_ms` milliseconds (with a new fence):
-        see `RunRepository.acquire_lease`."""
+        """Await `RunStore.acquire_lease`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(
             RunStore.acquire_lease,
             run_id,
@@ -166,67 +141,66 @@ class AsyncRunStoreCalls(ABC):
     async def renew_lease(
         self, lease: OperationLease | Mapping[str, Any], ttl_ms: int
     ) -> OperationLease:
-        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
-        it is no longer the live grant."""
+        """Await `RunStore.renew_lease`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.renew_lease, lease, ttl_ms)
 
     @traced
     async def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
-        operation; writes nothing."""
+        """Await `RunStore.assert_lease`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.assert_lease, lease)
 
     @traced
     async def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """Finish a live lease with its recorded `outcome` (returned as stored)."""
+        """Await `RunStore.commit_lease`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.commit_lease, lease, outcome)
 
     @traced
     async def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Give a live lease up; the operation may be acquired again."""
+        """Await `RunStore.interrupt_lease`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.interrupt_lease, lease)
 
     @traced
     async def inspect_operation(self, run_id: str, operation_id: str) -> OperationStatus | None:
-        """The state of an operation (None if unknown); an expired lease is marked
-        interrupted first (on the primary)."""
+        """Await `RunStore.inspect_operation`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.inspect_operation, run_id, operation_id)
 
     @traced
     async def recover_expired_leases(self) -> int:
-        """Mark every expired running lease interrupted; returns how many were."""
+        """Await `RunStore.recover_expired_leases`, run off the event loop (same arguments,
+        same result)."""
         return await self._on_store(
             RunStore.recover_expired_leases,
         )
 
     @traced
     async def status(self, run_id: str) -> RunProjection:
-        """The run's stored projection (no replay); `run-not-found` if there is none."""
+        """Await `RunStore.status`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.status, run_id)
 
     @traced
     async def list_events(self, run_id: str) -> list[RunEvent]:
-        """The run's events in sequence order (`iter_events` streams them instead)."""
+        """Await `RunStore.list_events`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.list_events, run_id)
 
     @traced
     async def rebuild_projection(self, run_id: str) -> RunProjection:
-        """Replay the run's events and return the projection they produce (without comparing
-        it with the stored one: that is `verify_integrity`)."""
+        """Await `RunStore.rebuild_projection`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.rebuild_projection, run_id)
 
     @traced
     async def verify_integrity(self, run_id: str) -> RunProjection:
-        """Replay the chain and compare it with everything stored about the run: the
-        projection (key order included), the run row's columns, the binding rows and the
-        operations rows (each journal receipt must be a projection the chain produced)."""
+        """Await `RunStore.verify_integrity`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.verify_integrity, run_id)
 
     @traced
     async def run_ids(self) -> list[str]:
-        """Every run id in the store, sorted."""
+        """Await `RunStore.run_ids`, run off the event loop (same arguments, same result)."""
         return await self._on_store(
             RunStore.run_ids,
         )
@@ -244,12 +218,7 @@ class AsyncRunStoreCalls(ABC):
         updated_after: int | None = None,
         updated_before: int | None = None,
     ) -> list[RunProjection]:
-        """Stored projections of the runs that match every filter given, in run id order.
-
-        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
-        last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
-        to strictly after / before that time (ms; runs without times never match)."""
+        """Await `RunStore.list_runs`, run off the event loop (same arguments, same result)."""
         return await self._on_store(
             RunStore.list_runs,
             stage=stage,
@@ -264,73 +233,56 @@ class AsyncRunStoreCalls(ABC):
 
     @traced
     async def run_detail(self, run_id: str) -> RunDetail:
-        """The run's projection, binding rows, operations (leases judged by the clock)
-        and state timeline."""
+        """Await `RunStore.run_detail`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.run_detail, run_id)
 
     @traced
     async def counts(self) -> StoreCounts:
-        """Rows of runs, events, operations and bindings, and runs per state."""
+        """Await `RunStore.counts`, run off the event loop (same arguments, same result)."""
         return await self._on_store(
             RunStore.counts,
         )
 
     @traced
     async def follower_position(self, follower: str) -> int:
-        """The position `follower` recorded last (`record_position`), 0 if none."""
+        """Await `RunStore.follower_position`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.follower_position, follower)
 
     @traced
     async def read_feed(
         self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
     ) -> list[FeedItem]:
-        """Committed events with a position above `after`, in feed order (`limit` of them
-        at most; `run_id`: that run's only).
-
-        In a read snapshot (on `read_bind` when given), which needs no write: writers number
-        their events (`RunRepository.read_feed`). Only when some event is still unnumbered
-        and this store's role may number it does it read in a write transaction on the
-        primary instead, which numbers first."""
+        """Await `RunStore.read_feed`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.read_feed, after=after, limit=limit, run_id=run_id)
 
     @traced
     async def checkpoint(
         self, key: SignerKey | str, *, origin: str | None = None
     ) -> SignedCheckpoint:
-        """Sign the journal feed's tree head and record it: number the feed, extend the
-        stored tree by the events since the last checkpoint (only those are hashed), sign
-        a C2SP checkpoint with `key` (a `SignerKey` or its text) under `origin` (default:
-        the key's name) and record the note. Refused, with nothing recorded, when the
-        store no longer holds the last head it signed (`checkpoint-rollback`,
-        `checkpoint-mismatch`): it never signs two inconsistent views."""
+        """Await `RunStore.checkpoint`, run off the event loop (same arguments, same result)."""
         return await self._on_store(RunStore.checkpoint, key, origin=origin)
 
     @traced
     async def verify_checkpoint(
         self, note: str | bytes, vkey: VerifierKey | str
     ) -> CheckpointReport:
-        """Check a signed checkpoint against this store: its signature by `vkey` (a
-        `VerifierKey` or its text), that the first `size` leaves, recomputed from the
-        events, have its root (and that the stored tree holds the events' leaves), and
-        every run's chain. `CheckpointError` (`checkpoint-signature-invalid`,
-        `checkpoint-rollback`, `checkpoint-mismatch` with the first event that departs)
-        or the chain's own integrity error when not."""
+        """Await `RunStore.verify_checkpoint`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.verify_checkpoint, note, vkey)
 
     @traced
     async def inclusion_proof(
         self, run_id: str, sequence: int | None = None, *, size: int | None = None
     ) -> InclusionProof:
-        """The proof that event `sequence` of `run_id` (default: its newest) is in the
-        tree of the checkpoint recorded at `size` (default: the newest recorded).
-        `run-not-found`, `checkpoint-not-found` (no checkpoint of that size),
-        `leaf-not-in-tree` (no such event, or not in that tree)."""
+        """Await `RunStore.inclusion_proof`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.inclusion_proof, run_id, sequence, size=size)
 
     @traced
     async def consistency_proof(self, old_size: int, new_size: int) -> ConsistencyProof:
-        """The proof that the tree of `new_size` leaves extends that of `old_size` (both
-        at most the newest recorded checkpoint's size, else `invalid-tree-size`)."""
+        """Await `RunStore.consistency_proof`, run off the event loop (same arguments, same
+        result)."""
         return await self._on_store(RunStore.consistency_proof, old_size, new_size)
 
     @traced
@@ -346,10 +298,9 @@ class AsyncRunStoreCalls(ABC):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """`bind_delivery`, and `write(session)` in the same transaction.
-
-        `write` runs only when the call appends the event: a replayed operation id, or a
-        binding already stored with this receipt, returns the projection without it."""
+        """Await `RunStore.bind_delivery_atomically`, in an async unit of work of its own (same
+        arguments, same result); `write` gets its `AsyncSession`, and what it returns is
+        awaited if it is awaitable."""
         return await self._host_call(
             host_calls.bind_delivery_atomically(
                 run_id,
@@ -367,10 +318,9 @@ class AsyncRunStoreCalls(ABC):
     async def bind_deliveries_atomically(
         self, inputs: Iterable[BindDelivery | Mapping[str, Any]], *, write: HostWrite
     ) -> RunProjection:
-        """Several bindings of one run (one lease), and `write(session)`, in one transaction.
-
-        `write` runs once when at least one input appends an event, not at all when every
-        input replays."""
+        """Await `RunStore.bind_deliveries_atomically`, in an async unit of work of its own
+        (same arguments, same result); `write` gets its `AsyncSession`, and what it returns
+        is awaited if it is awaitable."""
         return await self._host_call(host_calls.bind_deliveries_atomically(inputs, write=write))
 
     @traced
@@ -384,10 +334,9 @@ class AsyncRunStoreCalls(ABC):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """`transition`, and `write(session)` in the same transaction.
-
-        A replayed operation id returns its recorded projection without calling `write`
-        (as cadence 1.x did)."""
+        """Await `RunStore.transition_atomically`, in an async unit of work of its own (same
+        arguments, same result); `write` gets its `AsyncSession`, and what it returns is
+        awaited if it is awaitable."""
         return await self._host_call(
             host_calls.transition_atomically(
                 run_id, to, operation_id=operation_id, write=write, code=code, lease=lease

@@ -108,12 +108,8 @@ class RunStoreCalls(ABC):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
-        """Start a run of `stage` (`abel-design` or `abel-implement`) and return its projection.
-
-        The run is found again by its `change`, or by its `provisional_key` (and
-        `provisional_aliases`) for a design run without a change yet: a second start with
-        the same key returns that run. The same `operation_id` replays the recorded run.
-        Needs a root hash (`invalid-root-hash` otherwise)."""
+        """`RunRepository.start_run` in a write transaction of its own, retried (same
+        arguments, same result)."""
         provisional_aliases = materialised(provisional_aliases)
         return self.transactions.write(
             lambda runs: runs.start_run(
@@ -137,11 +133,9 @@ class RunStoreCalls(ABC):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Record the receipt of delivery gate `gate` (`gate-a`, `gate-b`) at `revision`
-        (`delivery-bound` event and a `delivery_bindings` row), with an optional
-        `approval_proof`; returns the projection. The same gate and revision with the same
-        `receipt_hash` writes nothing more; another receipt is `delivery-revision-conflict`.
-        `lease`: the write is fenced by that lease."""
+        """`RunRepository.bind_delivery` in a write transaction of its own, retried (same
+        arguments, same result); a re-run after a lost connection replays what the lost try
+        committed."""
 
         def work(runs: RunRepository) -> RunProjection:
             return runs.bind_delivery(
@@ -158,56 +152,56 @@ class RunStoreCalls(ABC):
 
     @traced
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
-        """Give the design run `run_id` its `change` (a `change-bound` event); returns the
-        projection. A run that cannot take a change (an implement run, or one that has a
-        change) is refused with `change-binding-not-allowed`."""
+        """`RunRepository.bind_change` in a write transaction of its own, retried (same
+        arguments, same result)."""
         return self.transactions.write(
             lambda runs: runs.bind_change(run_id, change, operation_id=operation_id)
         )
 
     @traced
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
-        """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
-        it is no longer the live grant."""
+        """`RunRepository.renew_lease` in a write transaction of its own, retried (same
+        arguments, same result)."""
         return self.transactions.write(lambda runs: runs.renew_lease(lease, ttl_ms))
 
     @traced
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
-        operation; writes nothing."""
+        """`RunRepository.assert_lease` in a write transaction of its own, retried (same
+        arguments, same result)."""
         return self.transactions.write(lambda runs: runs.assert_lease(lease))
 
     @traced
     def recover_expired_leases(self) -> int:
-        """Mark every expired running lease interrupted; returns how many were."""
+        """`RunRepository.recover_expired_leases` in a write transaction of its own, retried
+        (same arguments, same result)."""
         return self.transactions.write(lambda runs: runs.recover_expired_leases())
 
     @traced
     def status(self, run_id: str) -> RunProjection:
-        """The run's stored projection (no replay); `run-not-found` if there is none."""
+        """`RunRepository.status` in a read snapshot of its own (same arguments, same result)."""
         return self.transactions.read(lambda runs: runs.status(run_id))
 
     @traced
     def list_events(self, run_id: str) -> list[RunEvent]:
-        """The run's events in sequence order (`iter_events` streams them instead)."""
+        """`RunRepository.list_events` in a read snapshot of its own (same arguments, same
+        result)."""
         return self.transactions.read(lambda runs: runs.list_events(run_id))
 
     @traced
     def rebuild_projection(self, run_id: str) -> RunProjection:
-        """Replay the run's events and return the projection they produce (without comparing
-        it with the stored one: that is `verify_integrity`)."""
+        """`RunRepository.rebuild_projection` in a read snapshot of its own (same arguments,
+        same result)."""
         return self.transactions.read(lambda runs: runs.rebuild_projection(run_id))
 
     @traced
     def verify_integrity(self, run_id: str) -> RunProjection:
-        """Replay the chain and compare it with everything stored about the run: the
-        projection (key order included), the run row's columns, the binding rows and the
-        operations rows (each journal receipt must be a projection the chain produced)."""
+        """`RunRepository.verify_integrity` in a read snapshot of its own (same arguments, same
+        result)."""
         return self.transactions.read(lambda runs: runs.verify_integrity(run_id))
 
     @traced
     def run_ids(self) -> list[str]:
-        """Every run id in the store, sorted."""
+        """`RunRepository.run_ids` in a read snapshot of its own (same arguments, same result)."""
         return self.transactions.read(lambda runs: runs.run_ids())
 
     @traced
@@ -223,12 +217,8 @@ class RunStoreCalls(ABC):
         updated_after: int | None = None,
         updated_before: int | None = None,
     ) -> list[RunProjection]:
-        """Stored projections of the runs that match every filter given, in run id order.
-
-        `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
-        last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
-        to strictly after / before that time (ms; runs without times never match)."""
+        """`RunRepository.list_runs` in a read snapshot of its own (same arguments, same
+        result)."""
         return self.transactions.read(
             lambda runs: runs.list_runs(
                 stage=stage,
@@ -244,18 +234,19 @@ class RunStoreCalls(ABC):
 
     @traced
     def run_detail(self, run_id: str) -> RunDetail:
-        """The run's projection, binding rows, operations (leases judged by the clock)
-        and state timeline."""
+        """`RunRepository.run_detail` in a read snapshot of its own (same arguments, same
+        result)."""
         return self.transactions.read(lambda runs: runs.run_detail(run_id))
 
     @traced
     def counts(self) -> StoreCounts:
-        """Rows of runs, events, operations and bindings, and runs per state."""
+        """`RunRepository.counts` in a read snapshot of its own (same arguments, same result)."""
         return self.transactions.read(lambda runs: runs.counts())
 
     @traced
     def follower_position(self, follower: str) -> int:
-        """The position `follower` recorded last (`record_position`), 0 if none."""
+        """`RunRepository.follower_position` in a read snapshot of its own (same arguments,
+        same result)."""
         return self.transactions.read(lambda runs: runs.follower_position(follower))
 
     @traced
