@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import re
 import subprocess
 import sys
 import textwrap
@@ -32,6 +33,7 @@ RUN_STORE = ROOT / "cadence_store/store/run_store.py"
 RUN_STORE_CALLS = ROOT / "cadence_store/store/run_store_calls.py"
 ASYNC_STORE_CALLS = ROOT / "cadence_store/async_store/store_calls.py"
 ASYNC_REPOSITORY_CALLS = ROOT / "cadence_store/async_store/repository_calls.py"
+ASYNC_JOURNAL_CALLS = ROOT / "cadence_store/async_store/journal_calls.py"
 HOST_CALLS = ROOT / "cadence_store/store/host_calls.py"
 FOLLOWING = ROOT / "cadence_store/store/following.py"
 
@@ -178,37 +180,56 @@ def run_store_methods() -> list[Method]:
     ]
 
 
-LEASES = (
-    "acquire_lease",
-    "renew_lease",
-    "assert_lease",
-    "commit_lease",
-    "interrupt_lease",
-    "inspect_operation",
-    "recover_expired_leases",
-)
-# `RunStore`'s methods that `AsyncRunStore` runs as they are, off the event loop
-ASYNC_STORE_PROXIES = (
+# the calls `AsyncRunStore` and `AsyncRunRepository` share, one coroutine each: the same
+# signature in `RunStore` and `RunRepository` (checked), awaited on the one behind them
+ASYNC_SHARED = (
     "start_run",
     "bind_change",
     "bind_delivery",
     "transition",
     "transition_many",
-    *LEASES,
+    "renew_lease",
+    "assert_lease",
+    "commit_lease",
+    "interrupt_lease",
+    "recover_expired_leases",
     *READS,
     "read_feed",
 )
+# their calls of another signature in each: `RunStore`'s take no `lease_token` / `expire`
+ASYNC_OWN = ("acquire_lease", "inspect_operation")
 # `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
 TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof")
+ON_SYNC = "return await self._on_sync(lambda calls: calls.{name}({arguments}))"
+ON_SYNC_DOC = (
+    "Await `{name}` of the `RunStore` (`AsyncRunStore`: off the event loop) or the"
+    f" `RunRepository` (`AsyncRunRepository`: in its transaction) behind this one {SAME}."
+)
+
+
+def shared(name: str) -> Source:
+    """`RunRepository.name`, whose signature `RunStore.name` states as well."""
+    store, journal = definition(run_store(name), {}), definition(repository(name), {})
+    if ast.dump(store.args) != ast.dump(journal.args) or (
+        ast.dump(store.returns or ast.Constant(None))
+        != ast.dump(journal.returns or ast.Constant(None))
+    ):
+        raise SystemExit(f"RunStore.{name} and RunRepository.{name} differ: not in ASYNC_SHARED")
+    return repository(name)
+
+
+def async_journal_methods() -> list[Method]:
+    """The shared coroutines, each through `_on_sync`."""
+    return [Method(shared(name), ON_SYNC, ON_SYNC_DOC, asynchronous=True) for name in ASYNC_SHARED]
 
 
 def async_store_methods() -> list[Method]:
-    """`AsyncRunStore`'s: `RunStore`'s calls off the loop, the host-code calls in an async
-    unit of work (their `write` awaited when it returns an awaitable)."""
+    """`AsyncRunStore`'s own: `RunStore`'s calls off the loop, the host-code calls in an
+    async unit of work (their `write` awaited when it returns an awaitable)."""
     return [
         *(
             Method(run_store(name), ON_STORE, ON_STORE_DOC, asynchronous=True)
-            for name in (*ASYNC_STORE_PROXIES, *TREE_CALLS)
+            for name in (*ASYNC_OWN, *TREE_CALLS)
         ),
         *(
             Method(host_call(name), HOST_CALL, HOST_CALL_DOC, asynchronous=True)
@@ -217,10 +238,10 @@ def async_store_methods() -> list[Method]:
     ]
 
 
-# `RunRepository`'s methods that `AsyncRunRepository` runs in its connection's greenlet:
-# the store's, and the journal calls that say whether they appended
+# `RunRepository`'s methods that only `AsyncRunRepository` runs in its connection's
+# greenlet: the journal calls that say whether they appended, and its own signatures
 ASYNC_REPOSITORY_PROXIES = (
-    *ASYNC_STORE_PROXIES,
+    *ASYNC_OWN,
     "bind_deliveries",
     "bind_deliveries_once",
     "transition_once",
@@ -230,7 +251,7 @@ ASYNC_REPOSITORY_PROXIES = (
 
 
 def async_repository_methods() -> list[Method]:
-    """`AsyncRunRepository`'s: each `RunRepository` method through `run_sync`."""
+    """`AsyncRunRepository`'s own: each `RunRepository` method through `run_sync`."""
     return [
         Method(repository(name), RUN_SYNC, RUN_SYNC_DOC, asynchronous=True)
         for name in ASYNC_REPOSITORY_PROXIES
@@ -248,6 +269,7 @@ class Target:
     class_doc: str
     needs: str
     methods: Callable[[], list[Method]]
+    base: str = "ABC"
 
 
 TYPES = """
@@ -285,6 +307,11 @@ async def _on_store(
 async def _host_call(self, host: HostCall[R]) -> R:
     """A call with host code, in an async unit of work of its own."""
 '''
+ASYNC_JOURNAL_NEEDS = '''
+@abstractmethod
+async def _on_sync(self, work: Callable[[RunStore | RunRepository], R]) -> R:
+    """`work` on the synchronous store or repository behind this one."""
+'''
 ASYNC_REPOSITORY_NEEDS = '''
 @abstractmethod
 async def run_sync(self, work: Callable[[RunRepository], R]) -> R:
@@ -306,25 +333,37 @@ TARGETS: dict[Path, Target] = {
         needs=RUN_STORE_NEEDS,
         methods=run_store_methods,
     ),
+    ASYNC_JOURNAL_CALLS: Target(
+        doc="The coroutine methods `AsyncRunStore` and `AsyncRunRepository` share: the calls"
+        " `RunStore` and `RunRepository` state with one signature, awaited on the one behind.",
+        imports=TYPES + "from ..store.run_store import RunStore\n",
+        name="AsyncJournalCalls",
+        class_doc="The coroutines of `AsyncRunStore` and `AsyncRunRepository` (its subclasses).",
+        needs=ASYNC_JOURNAL_NEEDS,
+        methods=async_journal_methods,
+    ),
     ASYNC_STORE_CALLS: Target(
         doc="`AsyncRunStore`'s proxies: `RunStore`'s calls, run off the event loop, and the"
         " host-code calls of `host_calls.py`, in an async unit of work.",
         imports=TYPES
         + "from ..store import host_calls\n"
         + "from ..store.host_calls import HostCall, HostWrite\n"
-        + "from ..store.run_store import RunStore\n",
+        + "from ..store.run_store import RunStore\n"
+        + "from .journal_calls import AsyncJournalCalls\n",
         name="AsyncRunStoreCalls",
         class_doc="The coroutine methods `AsyncRunStore` (its only subclass) proxies.",
         needs=ASYNC_STORE_NEEDS,
         methods=async_store_methods,
+        base="AsyncJournalCalls",
     ),
     ASYNC_REPOSITORY_CALLS: Target(
         doc="`AsyncRunRepository`'s proxies: each `RunRepository` method through `run_sync`.",
-        imports=TYPES,
+        imports=TYPES + "from .journal_calls import AsyncJournalCalls\n",
         name="AsyncRunRepositoryCalls",
         class_doc="The coroutine methods `AsyncRunRepository` (its only subclass) proxies.",
         needs=ASYNC_REPOSITORY_NEEDS,
         methods=async_repository_methods,
+        base="AsyncJournalCalls",
     ),
 }
 
@@ -405,22 +444,25 @@ def method_source(method: Method, texts: dict[Path, str]) -> str:
     return textwrap.indent("\n".join(lines), "    ") + "\n"
 
 
+GENERATED = "Generated by tools/generate_methods.py: do not edit (CI runs it with `--check`)."
+TYPE_VARIABLES = {"P": 'P = ParamSpec("P")', "R": 'R = TypeVar("R")'}
+
+
 def generated(path: Path, texts: dict[Path, str]) -> str:
     """`path`'s module written anew (its unused imports dropped and the rest formatted, as
     `ruff check --fix` and `ruff format` do)."""
     target = TARGETS[path]
     methods = "\n".join(method_source(method, texts) for method in target.methods())
-    doc = textwrap.fill(
-        f"{target.doc} Generated by tools/generate_methods.py from the signatures it names:"
-        " do not edit; after changing one, run `python tools/generate_methods.py` (CI runs"
-        " it with `--check`).",
-        width=92,
+    doc = textwrap.fill(f"{target.doc} {GENERATED}", width=92)
+    code = target.needs + methods
+    # the type variables the methods use (ruff keeps an unused assignment)
+    variables = "".join(
+        f"{line}\n" for name, line in TYPE_VARIABLES.items() if re.search(rf"\b{name}\b", code)
     )
     text = (
         f'"""{doc}\n"""\n\n'
-        f"from __future__ import annotations\n{target.imports}\n"
-        'P = ParamSpec("P")\nR = TypeVar("R")\n\n\n'
-        f'class {target.name}(ABC):\n    """{target.class_doc}"""\n\n'
+        f"from __future__ import annotations\n{target.imports}\n{variables}\n\n"
+        f'class {target.name}({target.base}):\n    """{target.class_doc}"""\n\n'
         + textwrap.indent(target.needs.strip("\n"), "    ")
         + "\n\n"
         + methods

@@ -16,7 +16,8 @@ descriptions `RunStore` uses (`store/host_calls.py`), through the async side of 
 retry loop (`store/retries.py`).
 
 The proxies are generated as source from `RunStore`'s and `host_calls`' signatures in
-`store_calls.py` (`tools/generate_methods.py`, checked in CI).
+`store_calls.py`, and in `journal_calls.py` those it shares with `AsyncRunRepository`
+(`tools/generate_methods.py`, checked in CI).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..errors import InvalidInputError, SchemaOutOfDateError, StoreUnavailableEr
 from ..journal import RunEvent
 from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
-from ..repository.run_repository import EVENT_BATCH, Clock
+from ..repository.run_repository import EVENT_BATCH, Clock, RunRepository
 from ..storage.engine import is_sqlite, missing_sqlite_file
 from ..storage.failures import READ, database_errors
 from ..storage.schema import require_schema_name, schema_options, upgrade_command
@@ -259,6 +260,10 @@ class AsyncRunStore(AsyncRunStoreCalls):
         """`method` of the `RunStore` behind this one, run off the event loop."""
         store = await self._ready_store()
         return await self._off_the_loop(functools.partial(method, store, *args, **kwargs))
+
+    async def _on_sync(self, work: Callable[[RunStore | RunRepository], R]) -> R:
+        """`work(store)` on the `RunStore` behind this one, run off the event loop."""
+        return await self._on_store(work)
 
     async def _host_call(self, host: HostCall[T]) -> T:
         """A call with host code, in its own unit of work, through the one retry loop
