@@ -223,15 +223,7 @@ class RunReads:
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
         difference = stored_difference(rebuilt, row.projection_json, columns, binding_rows)
         if difference is not None:
-            raise JournalIntegrityError(
-                "run-projection-integrity-mismatch",
-                f"{difference.field}: expected {difference.expected!r}, "
-                f"stored {difference.actual!r}",
-                run_id=run_id,
-                sequence=difference.sequence,
-                expected=difference.expected,
-                actual=difference.actual,
-            )
+            raise difference.error("run-projection-integrity-mismatch", run_id)
 
         def operations() -> list[OperationOfRunRow]:
             return sql.all(OPERATIONS_OF_RUN, run_id=run_id)
