@@ -31,9 +31,7 @@ REPOSITORY = ROOT / "cadence_store/repository/run_repository.py"
 
 RUN_STORE = ROOT / "cadence_store/store/run_store.py"
 RUN_STORE_CALLS = ROOT / "cadence_store/store/run_store_calls.py"
-ASYNC_STORE_CALLS = ROOT / "cadence_store/async_store/store_calls.py"
-ASYNC_REPOSITORY_CALLS = ROOT / "cadence_store/async_store/repository_calls.py"
-ASYNC_JOURNAL_CALLS = ROOT / "cadence_store/async_store/journal_calls.py"
+ASYNC_CALLS = ROOT / "cadence_store/async_store/calls.py"
 HOST_CALLS = ROOT / "cadence_store/store/host_calls.py"
 FOLLOWING = ROOT / "cadence_store/store/following.py"
 
@@ -201,10 +199,7 @@ ASYNC_OWN = ("acquire_lease", "inspect_operation")
 # `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
 TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof")
 ON_SYNC = "return await self._on_sync(lambda calls: calls.{name}({arguments}))"
-ON_SYNC_DOC = (
-    "Await `{name}` of the `RunStore` (`AsyncRunStore`: off the event loop) or the"
-    f" `RunRepository` (`AsyncRunRepository`: in its transaction) behind this one {SAME}."
-)
+ON_SYNC_DOC = f"Await `{{name}}` of the `RunStore` or `RunRepository` behind this one {SAME}."
 
 
 def shared(name: str) -> Source:
@@ -259,17 +254,24 @@ def async_repository_methods() -> list[Method]:
 
 
 @dataclass(frozen=True)
-class Target:
-    """A generated module: its docstring and imports, its class (its docstring, and what
-    the class it is the base of provides: `needs`, abstract) and the methods."""
+class Generated:
+    """A generated class: its docstring, what the class it is the base of provides
+    (`needs`, abstract), its methods and its base."""
 
-    doc: str
-    imports: str
     name: str
-    class_doc: str
+    doc: str
     needs: str
     methods: Callable[[], list[Method]]
     base: str = "ABC"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A generated module: its docstring and imports, and its classes (in order)."""
+
+    doc: str
+    imports: str
+    classes: tuple[Generated, ...]
 
 
 TYPES = """
@@ -328,42 +330,48 @@ TARGETS: dict[Path, Target] = {
         + "from .host_calls import HostWrite, materialised\n"
         + "from .retries import replaying\n"
         + "from .transactions import Transactions\n",
-        name="RunStoreCalls",
-        class_doc="The calls `RunStore` (its only subclass) makes of other signatures.",
-        needs=RUN_STORE_NEEDS,
-        methods=run_store_methods,
+        classes=(
+            Generated(
+                "RunStoreCalls",
+                "The calls `RunStore` (its only subclass) makes of other signatures.",
+                RUN_STORE_NEEDS,
+                run_store_methods,
+            ),
+        ),
     ),
-    ASYNC_JOURNAL_CALLS: Target(
-        doc="The coroutine methods `AsyncRunStore` and `AsyncRunRepository` share: the calls"
-        " `RunStore` and `RunRepository` state with one signature, awaited on the one behind.",
-        imports=TYPES + "from ..store.run_store import RunStore\n",
-        name="AsyncJournalCalls",
-        class_doc="The coroutines of `AsyncRunStore` and `AsyncRunRepository` (its subclasses).",
-        needs=ASYNC_JOURNAL_NEEDS,
-        methods=async_journal_methods,
-    ),
-    ASYNC_STORE_CALLS: Target(
-        doc="`AsyncRunStore`'s proxies: `RunStore`'s calls, run off the event loop, and the"
-        " host-code calls of `host_calls.py`, in an async unit of work.",
+    ASYNC_CALLS: Target(
+        doc="The coroutine proxies of `AsyncRunStore` and `AsyncRunRepository`: the calls"
+        " they share (`RunStore` and `RunRepository` state them with one signature), then"
+        " each one's own: `RunStore`'s calls off the event loop and the host-code calls of"
+        " `host_calls.py` in an async unit of work; `RunRepository`'s through `run_sync`.",
         imports=TYPES
         + "from ..store import host_calls\n"
         + "from ..store.host_calls import HostCall, HostWrite\n"
-        + "from ..store.run_store import RunStore\n"
-        + "from .journal_calls import AsyncJournalCalls\n",
-        name="AsyncRunStoreCalls",
-        class_doc="The coroutine methods `AsyncRunStore` (its only subclass) proxies.",
-        needs=ASYNC_STORE_NEEDS,
-        methods=async_store_methods,
-        base="AsyncJournalCalls",
-    ),
-    ASYNC_REPOSITORY_CALLS: Target(
-        doc="`AsyncRunRepository`'s proxies: each `RunRepository` method through `run_sync`.",
-        imports=TYPES + "from .journal_calls import AsyncJournalCalls\n",
-        name="AsyncRunRepositoryCalls",
-        class_doc="The coroutine methods `AsyncRunRepository` (its only subclass) proxies.",
-        needs=ASYNC_REPOSITORY_NEEDS,
-        methods=async_repository_methods,
-        base="AsyncJournalCalls",
+        + "from ..store.run_store import RunStore\n",
+        classes=(
+            Generated(
+                "AsyncJournalCalls",
+                "The coroutines `AsyncRunStore` and `AsyncRunRepository` share: each the"
+                " synchronous call, awaited off the event loop (`AsyncRunStore`) or in the"
+                " transaction (`AsyncRunRepository.run_sync`).",
+                ASYNC_JOURNAL_NEEDS,
+                async_journal_methods,
+            ),
+            Generated(
+                "AsyncRunStoreCalls",
+                "The coroutines of `AsyncRunStore` (its only subclass) of its own.",
+                ASYNC_STORE_NEEDS,
+                async_store_methods,
+                base="AsyncJournalCalls",
+            ),
+            Generated(
+                "AsyncRunRepositoryCalls",
+                "The coroutines of `AsyncRunRepository` (its only subclass) of its own.",
+                ASYNC_REPOSITORY_NEEDS,
+                async_repository_methods,
+                base="AsyncJournalCalls",
+            ),
+        ),
     ),
 }
 
@@ -448,25 +456,33 @@ GENERATED = "Generated by tools/generate_methods.py: do not edit (CI runs it wit
 TYPE_VARIABLES = {"P": 'P = ParamSpec("P")', "R": 'R = TypeVar("R")'}
 
 
+def class_source(generated: Generated, texts: dict[Path, str]) -> str:
+    methods = "\n".join(method_source(method, texts) for method in generated.methods())
+    return (
+        f"class {generated.name}({generated.base}):\n"
+        + textwrap.indent(f'"""{textwrap.fill(generated.doc, width=88)}"""', "    ")
+        + "\n\n"
+        + textwrap.indent(generated.needs.strip("\n"), "    ")
+        + "\n\n"
+        + methods
+    )
+
+
 def generated(path: Path, texts: dict[Path, str]) -> str:
     """`path`'s module written anew (its unused imports dropped and the rest formatted, as
     `ruff check --fix` and `ruff format` do)."""
     target = TARGETS[path]
-    methods = "\n".join(method_source(method, texts) for method in target.methods())
+    classes = "\n\n".join(class_source(generated, texts) for generated in target.classes)
     doc = textwrap.fill(f"{target.doc} {GENERATED}", width=92)
-    code = target.needs + methods
     # the type variables the methods use (ruff keeps an unused assignment)
     variables = "".join(
-        f"{line}\n" for name, line in TYPE_VARIABLES.items() if re.search(rf"\b{name}\b", code)
+        f"{line}\n" for name, line in TYPE_VARIABLES.items() if re.search(rf"\b{name}\b", classes)
     )
+    names = ", ".join(f'"{generated.name}"' for generated in target.classes)
     text = (
         f'"""{doc}\n"""\n\n'
         f"from __future__ import annotations\n{target.imports}\n{variables}\n\n"
-        f'class {target.name}({target.base}):\n    """{target.class_doc}"""\n\n'
-        + textwrap.indent(target.needs.strip("\n"), "    ")
-        + "\n\n"
-        + methods
-        + f'\n\n__all__ = ["{target.name}"]\n'
+        f"{classes}\n\n__all__ = [{names}]\n"
     )
     return ruff(path, ruff(path, text, "check", "--fix-only", "--quiet"), "format")
 

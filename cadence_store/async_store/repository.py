@@ -1,7 +1,7 @@
 """`AsyncRunRepository`: the journal's rules inside a caller's `AsyncSession` transaction.
 
 Its journal methods are generated as source from `RunRepository`'s signatures in
-`repository_calls.py`, and in `journal_calls.py` those it shares with `AsyncRunStore`
+`calls.py`, those it shares with `AsyncRunStore` in their common base
 (`tools/generate_methods.py`, checked in CI).
 """
 
@@ -16,7 +16,7 @@ from ..journal.values import BindDelivery
 from ..repository.run_repository import Clock, RunRepository
 from ..storage.failures import WRITE, database_errors
 from ..store.run_store import RunStore
-from .repository_calls import AsyncRunRepositoryCalls
+from .calls import AsyncRunRepositoryCalls
 
 T = TypeVar("T")
 

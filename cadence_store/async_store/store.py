@@ -16,7 +16,7 @@ descriptions `RunStore` uses (`store/host_calls.py`), through the async side of 
 retry loop (`store/retries.py`).
 
 The proxies are generated as source from `RunStore`'s and `host_calls`' signatures in
-`store_calls.py`, and in `journal_calls.py` those it shares with `AsyncRunRepository`
+`calls.py`, those it shares with `AsyncRunRepository` in their common base
 (`tools/generate_methods.py`, checked in CI).
 """
 
@@ -48,9 +48,9 @@ from ..store.host_calls import HostCall
 from ..store.retries import call_with_retries_async
 from ..store.run_store import RunStore
 from ..store.state_root import StateRoot
+from .calls import AsyncRunStoreCalls
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .following import follow_async
-from .store_calls import AsyncRunStoreCalls
 from .unit_of_work import AsyncUnitOfWork
 
 P = ParamSpec("P")
