@@ -29,7 +29,7 @@ import functools
 import importlib.util
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar, cast
 
 from .errors import CadenceStoreError, LeaseFencedError
@@ -274,25 +274,17 @@ def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., An
 
         @functools.wraps(enter)
         async def aenter(self: Any) -> Any:
-            opened = open_span(self)
-            try:
-                return await enter(self)
-            except BaseException as error:
-                if opened:
-                    _close_unit_of_work(self, error)
-                raise
+            with _closed_if_failing(self, open_span(self)):
+                entered = await enter(self)
+            return entered
 
         return aenter
 
     @functools.wraps(enter)
     def sync_enter(self: Any) -> Any:
-        opened = open_span(self)
-        try:
-            return enter(self)
-        except BaseException as error:
-            if opened:
-                _close_unit_of_work(self, error)
-            raise
+        with _closed_if_failing(self, open_span(self)):
+            entered = enter(self)
+        return entered
 
     return sync_enter
 
@@ -302,11 +294,8 @@ def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any
 
         @functools.wraps(leave)
         async def aexit(self: Any, *exc_info: Any) -> Any:
-            try:
+            with _closed_if_failing(self):
                 result = await leave(self, *exc_info)
-            except BaseException as error:
-                _close_unit_of_work(self, error)
-                raise
             _close_unit_of_work(self, exc_info[1])
             return result
 
@@ -314,15 +303,24 @@ def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any
 
     @functools.wraps(leave)
     def sync_exit(self: Any, *exc_info: Any) -> Any:
-        try:
+        with _closed_if_failing(self):
             result = leave(self, *exc_info)
-        except BaseException as error:
-            _close_unit_of_work(self, error)
-            raise
         _close_unit_of_work(self, exc_info[1])
         return result
 
     return sync_exit
+
+
+@contextlib.contextmanager
+def _closed_if_failing(owner: Any, opened: bool = True) -> Iterator[None]:
+    """End the unit of work's span with the error its `__enter__` or `__exit__` raises
+    (when this call opened it), and let the error go on."""
+    try:
+        yield
+    except BaseException as error:
+        if opened:
+            _close_unit_of_work(owner, error)
+        raise
 
 
 def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
