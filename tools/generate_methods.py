@@ -61,6 +61,7 @@ class Method:
     doc: str | None
     asynchronous: bool = False
     decorator: str | None = "@traced"
+    returns: str | None = None  # what it returns, if not what the source returns
 
 
 def repository(name: str) -> Source:
@@ -161,6 +162,14 @@ HOST_CALL_DOC = (
     f"Await `RunStore.{{name}}`, in an async unit of work of its own {SAME}; `write`"
     " gets its `AsyncSession`, and what it returns is awaited if it is awaitable."
 )
+FOLLOW_ASYNC = """
+async for item in self._follow({arguments}):
+    yield item
+"""
+FOLLOW_ASYNC_DOC = (
+    "`RunStore.follow` as an async iterator (`async for`; see `following.py`): leaving the"
+    " loop (or cancelling it) stops the follower."
+)
 RUN_SYNC_DOC = f"Await `RunRepository.{{name}}` in this transaction (`run_sync`) {SAME}."
 
 
@@ -199,7 +208,7 @@ ASYNC_OWN = ("acquire_lease", "inspect_operation")
 # `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
 TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof")
 ON_SYNC = "return await self._on_sync(lambda calls: calls.{name}({arguments}))"
-ON_SYNC_DOC = f"Await `{{name}}` of the `RunStore` or `RunRepository` behind this one {SAME}."
+ON_SYNC_DOC = f"Await the synchronous `{{name}}` behind this one {SAME}."
 
 
 def shared(name: str) -> Source:
@@ -229,6 +238,13 @@ def async_store_methods() -> list[Method]:
         *(
             Method(host_call(name), HOST_CALL, HOST_CALL_DOC, asynchronous=True)
             for name in HOST_CALLS_NAMES
+        ),
+        Method(
+            feed("follow"),
+            FOLLOW_ASYNC,
+            FOLLOW_ASYNC_DOC,
+            asynchronous=True,
+            returns="AsyncIterator[FeedItem]",
         ),
     ]
 
@@ -276,7 +292,7 @@ class Target:
 
 TYPES = """
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
@@ -308,6 +324,10 @@ async def _on_store(
 @abstractmethod
 async def _host_call(self, host: HostCall[R]) -> R:
     """A call with host code, in an async unit of work of its own."""
+
+@abstractmethod
+def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+    """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
 '''
 ASYNC_JOURNAL_NEEDS = '''
 @abstractmethod
@@ -346,14 +366,16 @@ TARGETS: dict[Path, Target] = {
         " `host_calls.py` in an async unit of work; `RunRepository`'s through `run_sync`.",
         imports=TYPES
         + "from ..store import host_calls\n"
+        + "from ..store.following import DEFAULT_POLL_S, Stop\n"
         + "from ..store.host_calls import HostCall, HostWrite\n"
         + "from ..store.run_store import RunStore\n",
         classes=(
             Generated(
                 "AsyncJournalCalls",
                 "The coroutines `AsyncRunStore` and `AsyncRunRepository` share: each the"
-                " synchronous call, awaited off the event loop (`AsyncRunStore`) or in the"
-                " transaction (`AsyncRunRepository.run_sync`).",
+                " method of the same name of the synchronous one behind, awaited: the"
+                " `RunStore`'s off the event loop, the `RunRepository`'s in the transaction"
+                " (`run_sync`).",
                 ASYNC_JOURNAL_NEEDS,
                 async_journal_methods,
             ),
@@ -433,6 +455,8 @@ def method_source(method: Method, texts: dict[Path, str]) -> str:
     function = definition(method.source, texts)
     signature, arguments = parameters(function, method.source)
     returns = "" if function.returns is None else f" -> {ast.unparse(result_of(function.returns))}"
+    if method.returns is not None:
+        returns = f" -> {method.returns}"
     docstring = ast.get_docstring(function)
     if method.doc is not None:
         docstring = (

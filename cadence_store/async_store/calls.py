@@ -8,7 +8,7 @@ do not edit (CI runs it with `--check`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
@@ -24,6 +24,7 @@ from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..repository.run_repository import RunRepository
 from ..store import host_calls
+from ..store.following import DEFAULT_POLL_S, Stop
 from ..store.host_calls import HostCall, HostWrite
 from ..store.run_store import RunStore
 from ..telemetry import traced
@@ -33,9 +34,9 @@ R = TypeVar("R")
 
 
 class AsyncJournalCalls(ABC):
-    """The coroutines `AsyncRunStore` and `AsyncRunRepository` share: each the synchronous
-    call, awaited off the event loop (`AsyncRunStore`) or in the transaction
-    (`AsyncRunRepository.run_sync`)."""
+    """The coroutines `AsyncRunStore` and `AsyncRunRepository` share: each the method of the
+    same name of the synchronous one behind, awaited: the `RunStore`'s off the event loop,
+    the `RunRepository`'s in the transaction (`run_sync`)."""
 
     @abstractmethod
     async def _on_sync(self, work: Callable[[RunStore | RunRepository], R]) -> R:
@@ -51,8 +52,7 @@ class AsyncJournalCalls(ABC):
         provisional_key: str | None = None,
         provisional_aliases: Iterable[str] | None = None,
     ) -> RunProjection:
-        """Await `start_run` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `start_run` behind this one (same arguments, same result)."""
         return await self._on_sync(
             lambda calls: calls.start_run(
                 stage,
@@ -65,8 +65,7 @@ class AsyncJournalCalls(ABC):
 
     @traced
     async def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
-        """Await `bind_change` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `bind_change` behind this one (same arguments, same result)."""
         return await self._on_sync(
             lambda calls: calls.bind_change(run_id, change, operation_id=operation_id)
         )
@@ -83,8 +82,7 @@ class AsyncJournalCalls(ABC):
         approval_proof: ApprovalProof | Mapping[str, Any] | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Await `bind_delivery` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `bind_delivery` behind this one (same arguments, same result)."""
         return await self._on_sync(
             lambda calls: calls.bind_delivery(
                 run_id,
@@ -107,8 +105,7 @@ class AsyncJournalCalls(ABC):
         code: str | None = None,
         lease: OperationLease | Mapping[str, Any] | None = None,
     ) -> RunProjection:
-        """Await `transition` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `transition` behind this one (same arguments, same result)."""
         return await self._on_sync(
             lambda calls: calls.transition(
                 run_id, to, operation_id=operation_id, code=code, lease=lease
@@ -119,72 +116,66 @@ class AsyncJournalCalls(ABC):
     async def transition_many(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[RunProjection]:
-        """Await `transition_many` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `transition_many` behind this one (same arguments, same
+        result)."""
         return await self._on_sync(lambda calls: calls.transition_many(requests))
 
     @traced
     async def renew_lease(
         self, lease: OperationLease | Mapping[str, Any], ttl_ms: int
     ) -> OperationLease:
-        """Await `renew_lease` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `renew_lease` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.renew_lease(lease, ttl_ms))
 
     @traced
     async def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Await `assert_lease` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `assert_lease` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.assert_lease(lease))
 
     @traced
     async def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """Await `commit_lease` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `commit_lease` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.commit_lease(lease, outcome))
 
     @traced
     async def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
-        """Await `interrupt_lease` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `interrupt_lease` behind this one (same arguments, same
+        result)."""
         return await self._on_sync(lambda calls: calls.interrupt_lease(lease))
 
     @traced
     async def recover_expired_leases(self) -> int:
-        """Await `recover_expired_leases` of the `RunStore` or `RunRepository` behind this one
-        (same arguments, same result)."""
+        """Await the synchronous `recover_expired_leases` behind this one (same arguments, same
+        result)."""
         return await self._on_sync(lambda calls: calls.recover_expired_leases())
 
     @traced
     async def status(self, run_id: str) -> RunProjection:
-        """Await `status` of the `RunStore` or `RunRepository` behind this one (same arguments,
-        same result)."""
+        """Await the synchronous `status` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.status(run_id))
 
     @traced
     async def list_events(self, run_id: str) -> list[RunEvent]:
-        """Await `list_events` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `list_events` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.list_events(run_id))
 
     @traced
     async def rebuild_projection(self, run_id: str) -> RunProjection:
-        """Await `rebuild_projection` of the `RunStore` or `RunRepository` behind this one
-        (same arguments, same result)."""
+        """Await the synchronous `rebuild_projection` behind this one (same arguments, same
+        result)."""
         return await self._on_sync(lambda calls: calls.rebuild_projection(run_id))
 
     @traced
     async def verify_integrity(self, run_id: str) -> RunProjection:
-        """Await `verify_integrity` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `verify_integrity` behind this one (same arguments, same
+        result)."""
         return await self._on_sync(lambda calls: calls.verify_integrity(run_id))
 
     @traced
     async def run_ids(self) -> list[str]:
-        """Await `run_ids` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `run_ids` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.run_ids())
 
     @traced
@@ -200,8 +191,7 @@ class AsyncJournalCalls(ABC):
         updated_after: int | None = None,
         updated_before: int | None = None,
     ) -> list[RunProjection]:
-        """Await `list_runs` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `list_runs` behind this one (same arguments, same result)."""
         return await self._on_sync(
             lambda calls: calls.list_runs(
                 stage=stage,
@@ -217,28 +207,25 @@ class AsyncJournalCalls(ABC):
 
     @traced
     async def run_detail(self, run_id: str) -> RunDetail:
-        """Await `run_detail` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `run_detail` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.run_detail(run_id))
 
     @traced
     async def counts(self) -> StoreCounts:
-        """Await `counts` of the `RunStore` or `RunRepository` behind this one (same arguments,
-        same result)."""
+        """Await the synchronous `counts` behind this one (same arguments, same result)."""
         return await self._on_sync(lambda calls: calls.counts())
 
     @traced
     async def follower_position(self, follower: str) -> int:
-        """Await `follower_position` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `follower_position` behind this one (same arguments, same
+        result)."""
         return await self._on_sync(lambda calls: calls.follower_position(follower))
 
     @traced
     async def read_feed(
         self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
     ) -> list[FeedItem]:
-        """Await `read_feed` of the `RunStore` or `RunRepository` behind this one (same
-        arguments, same result)."""
+        """Await the synchronous `read_feed` behind this one (same arguments, same result)."""
         return await self._on_sync(
             lambda calls: calls.read_feed(after=after, limit=limit, run_id=run_id)
         )
@@ -256,6 +243,10 @@ class AsyncRunStoreCalls(AsyncJournalCalls):
     @abstractmethod
     async def _host_call(self, host: HostCall[R]) -> R:
         """A call with host code, in an async unit of work of its own."""
+
+    @abstractmethod
+    def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+        """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
 
     @traced
     async def acquire_lease(
@@ -370,6 +361,23 @@ class AsyncRunStoreCalls(AsyncJournalCalls):
                 run_id, to, operation_id=operation_id, write=write, code=code, lease=lease
             )
         )
+
+    @traced
+    async def follow(
+        self,
+        *,
+        after: int = 0,
+        run_id: str | None = None,
+        follower: str | None = None,
+        poll_s: float = DEFAULT_POLL_S,
+        stop: Stop = None,
+    ) -> AsyncIterator[FeedItem]:
+        """`RunStore.follow` as an async iterator (`async for`; see `following.py`): leaving
+        the loop (or cancelling it) stops the follower."""
+        async for item in self._follow(
+            after=after, run_id=run_id, follower=follower, poll_s=poll_s, stop=stop
+        ):
+            yield item
 
 
 class AsyncRunRepositoryCalls(AsyncJournalCalls):

@@ -43,7 +43,6 @@ from ..storage.failures import READ, database_errors
 from ..storage.schema import require_schema_name, schema_options, upgrade_command
 from ..storage.shape import assert_store_ready
 from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from ..store.following import DEFAULT_POLL_S, Stop
 from ..store.host_calls import HostCall
 from ..store.retries import call_with_retries_async
 from ..store.run_store import RunStore
@@ -291,27 +290,11 @@ class AsyncRunStore(AsyncRunStoreCalls):
 
     # -- the journal feed, streamed ----------------------------------------------------------
 
-    async def follow(
-        self,
-        *,
-        after: int = 0,
-        run_id: str | None = None,
-        follower: str | None = None,
-        poll_s: float = DEFAULT_POLL_S,
-        stop: Stop = None,
-    ) -> AsyncIterator[FeedItem]:
-        """`RunStore.follow` as an async iterator (`async for`; see `following.py`):
-        leaving the loop (or cancelling it) stops the follower."""
+    async def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+        """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
         store = await self._ready_store()
         async for item in follow_async(
-            store,
-            after=after,
-            run_id=run_id,
-            follower=follower,
-            poll_s=poll_s,
-            stop=stop,
-            threaded=self._threaded,
-            run=self._off_the_loop,
+            store, threaded=self._threaded, run=self._off_the_loop, **arguments
         ):
             yield item
 
