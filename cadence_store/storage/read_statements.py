@@ -95,9 +95,26 @@ LEASE_ROWS_OF_RUN: Final = Query(
     lambda _: _operation_rows().where(operations.c.kind == KIND_LEASE),
     OperationDetailRow,
 )
-RECEIPT_ROWS_OF_RUN_PAGE: Final = Query(
-    "receipt_rows_of_run_page",
-    lambda _: _operation_rows().where(operations.c.kind != KIND_LEASE).limit(bindparam("limit")),
+# keyset pages of a run's receipts by operation id: the `limit` after `after`, in order,
+# and the `limit` before `before`, last first (the caller turns them round)
+RECEIPT_ROWS_OF_RUN_AFTER: Final = Query(
+    "receipt_rows_of_run_after",
+    lambda _: (
+        _operation_rows()
+        .where(operations.c.kind != KIND_LEASE, operations.c.operation_id > bindparam("after"))
+        .limit(bindparam("limit"))
+    ),
+    OperationDetailRow,
+)
+RECEIPT_ROWS_OF_RUN_BEFORE: Final = Query(
+    "receipt_rows_of_run_before",
+    lambda _: (
+        _operation_rows()
+        .where(operations.c.kind != KIND_LEASE, operations.c.operation_id < bindparam("before"))
+        .order_by(None)
+        .order_by(operations.c.operation_id.desc())
+        .limit(bindparam("limit"))
+    ),
     OperationDetailRow,
 )
 RECEIPT_COUNT_OF_RUN: Final = Query(
