@@ -6,19 +6,17 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from sqlalchemy import bindparam, func, literal_column, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from ..journal.views import RunListing
-from ..journal.vocabulary import KIND_LEASE, STATE_SETTING_EVENTS
+from ..journal.vocabulary import KIND_LEASE
 from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
     BindingDetailRow,
     CountRow,
     CountsRow,
     EventRow,
-    FoldEventRow,
-    HourCountRow,
     ListedRunRow,
     OperationDetailRow,
     RunTimesRow,
@@ -145,48 +143,6 @@ EVENTS_OF_RUN_BEFORE: Final = Query(
         .limit(bindparam("limit"))
     ),
     EventRow,
-)
-# a chain's events up to `until`, with only what folding them into states needs
-FOLD_EVENTS_OF_RUN: Final = Query(
-    "fold_events_of_run",
-    lambda _: (
-        select(
-            events.c.sequence,
-            events.c.type,
-            events.c.payload_json,
-            events.c.event_hash,
-            events.c.recorded_at,
-        )
-        .where(events.c.run_id == bindparam("run_id"), events.c.sequence <= bindparam("until"))
-        .order_by(events.c.sequence)
-        # the limit (`until` again) leads PostgreSQL to the key's order, not a sort
-        .limit(bindparam("limit"))
-    ),
-    FoldEventRow,
-)
-
-
-def _hour_of_event() -> ColumnElement[int]:
-    return (events.c.recorded_at // 3_600_000 * 3_600_000).label("hour")
-
-
-# the events that set the run's state, per hour of their time (events without one left out)
-STATE_CHANGES_PER_HOUR: Final = Query(
-    "state_changes_per_hour",
-    lambda _: (
-        select(_hour_of_event(), func.count())
-        .where(
-            events.c.run_id == bindparam("run_id"),
-            # the vocabulary's own names, written in the statement (compiled once)
-            events.c.type.in_(
-                [literal_column(f"'{name}'") for name in sorted(STATE_SETTING_EVENTS)]
-            ),
-            events.c.recorded_at.is_not(None),
-        )
-        .group_by("hour")
-        .order_by("hour")
-    ),
-    HourCountRow,
 )
 
 

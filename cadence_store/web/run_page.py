@@ -12,35 +12,30 @@ event and receipt, on every request (a tampered chain shows broken on the next o
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-import orjson
-
-from ..errors import InvalidInputError, JournalIntegrityError
+from ..errors import InvalidInputError
 from ..journal import RunEvent
 from ..journal.documents import event_payload
-from ..journal.views import EventFields, RunDetail, state_path
+from ..journal.views import RunDetail, state_path
 from ..repository.core import system_clock
 from ..repository.queries import binding_record, operation_record
-from ..repository.run_repository import RunRepository
 from ..storage.failures import READ, database_errors
 from ..storage.read_statements import (
     BINDING_ROWS_OF_RUN,
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_BEFORE,
-    FOLD_EVENTS_OF_RUN,
     LEASE_ROWS_OF_RUN,
     RECEIPT_COUNT_OF_RUN,
     RUN_TIMES,
-    STATE_CHANGES_PER_HOUR,
 )
 from ..storage.rows import BindingDetailRow, EventRow, OperationDetailRow
 from ..store.run_store import RunStore
+from .chain_view import Verification, verified_chain
 from .checkpoints import CoveringCheckpoint, covering_checkpoint
 from .receipt_pages import OperationCursor, ReceiptWindow
 
@@ -128,16 +123,6 @@ class EventWindow:
 
 
 @dataclass(frozen=True)
-class Verification:
-    """The chain's verification, computed for this request: intact, or the code and the
-    sequence where it broke."""
-
-    intact: bool
-    code: str | None = None
-    sequence: int | None = None
-
-
-@dataclass(frozen=True)
 class RunPage:
     """One run: its detail (operations: its leases and the page's receipts; timeline: the
     state changes among the page's events), one page of events, one of receipts, the
@@ -157,16 +142,6 @@ class RunPage:
         return urlencode({**self.cursor.query(), **operations_cursor})
 
 
-def verification_of(runs: RunRepository, run_id: str) -> Verification:
-    """`verify_integrity` of the run as a result to show (a broken chain is not an error
-    of the page)."""
-    try:
-        runs.verify_integrity(run_id)
-    except JournalIntegrityError as error:
-        return Verification(intact=False, code=error.code, sequence=error.sequence)
-    return Verification(intact=True)
-
-
 def _event(row: tuple[Any, ...], run_id: str) -> RunEvent:
     found = EventRow(*row)
     return RunEvent.model_construct(
@@ -177,42 +152,6 @@ def _event(row: tuple[Any, ...], run_id: str) -> RunEvent:
         hash=found.event_hash,
         recorded_at=found.recorded_at,
     )
-
-
-def _parsed(payload_json: Any, parsed: dict[str, Any]) -> Any:
-    # the fold reads a payload's top-level fields only; one that is no JSON ends the
-    # path where it cannot apply (verification names the fault). orjson reads most (a
-    # page may fold thousands); the stdlib what it refuses, and integers of 16 digits
-    # or more (orjson makes those beyond 64 bits floats)
-    # `parsed`: the texts read so far (a chain repeats a few payload texts thousands of
-    # times; the fold reads a payload, never changes it, so one value serves them all)
-    if not isinstance(payload_json, str):
-        return None
-    value = parsed.get(payload_json, _UNPARSED)
-    if value is not _UNPARSED:
-        return value
-    value = None
-    if _LONG_NUMBER.search(payload_json) is None:
-        try:
-            value = orjson.loads(payload_json)
-        except orjson.JSONDecodeError:
-            pass
-    if value is None:
-        try:
-            value = json.loads(payload_json)
-        except (ValueError, RecursionError):
-            value = None
-    if len(parsed) >= _PARSED_KEPT:
-        parsed.clear()
-    parsed[payload_json] = value
-    return value
-
-
-def _fold_fields(rows: list[tuple[Any, ...]]) -> Iterator[EventFields]:
-    # FOLD_EVENTS_OF_RUN's columns, in its order (no row object per event)
-    parsed: dict[str, Any] = {}
-    for sequence, type_, payload_json, event_hash, recorded_at in rows:
-        yield sequence, type_, _parsed(payload_json, parsed), event_hash, recorded_at
 
 
 def read_run_page(
@@ -239,18 +178,15 @@ def read_run_page(
         )
         with database_errors(READ):
             # one round trip on PostgreSQL (pipelined), each through an index
-            times, bindings, event_rows, hours, leases, receipt_rows, [(receipts,)] = (
-                sql.raw_rows_of_each(
-                    [
-                        (RUN_TIMES, one_run),
-                        (BINDING_ROWS_OF_RUN, one_run),
-                        events_read,
-                        (STATE_CHANGES_PER_HOUR, one_run),
-                        (LEASE_ROWS_OF_RUN, one_run),
-                        operations.page_read(run_id),
-                        (RECEIPT_COUNT_OF_RUN, one_run),
-                    ]
-                )
+            times, bindings, event_rows, leases, receipt_rows, [(receipts,)] = sql.raw_rows_of_each(
+                [
+                    (RUN_TIMES, one_run),
+                    (BINDING_ROWS_OF_RUN, one_run),
+                    events_read,
+                    (LEASE_ROWS_OF_RUN, one_run),
+                    operations.page_read(run_id),
+                    (RECEIPT_COUNT_OF_RUN, one_run),
+                ]
             )
             if cursor.before is not None:
                 event_rows.reverse()
@@ -259,18 +195,11 @@ def read_run_page(
             last = events[-1].sequence if events else 0
             receipt_rows, more = operations.shown(receipt_rows)
             ids = [OperationDetailRow(*row).operation_id for row in receipt_rows]
+            # whether receipts lie on the side of the page its cursor came from
             beside = operations.beside_read(run_id, ids[0], ids[-1]) if ids else None
-            # the second round trip: the fold up to the page's last event, and whether
-            # receipts lie on the side of the page its cursor came from
-            folded, *beside_rows = sql.raw_rows_of_each(
-                [
-                    (FOLD_EVENTS_OF_RUN, {**one_run, "until": last, "limit": last}),
-                    *([] if beside is None else [beside]),
-                ]
-            )
-        verification = verification_of(runs, run_id)
+            found_beside = beside is not None and bool(sql.raw_rows(beside[0], **beside[1]))
+        chain = verified_chain(runs, run_id, projection.sequence)
         checkpoint = covering_checkpoint(runs, run_id)
-    found_beside = bool(beside_rows and beside_rows[0])
     # read backwards: `more` lies before the page; forwards (or the first page): after it
     backwards = operations.before is not None
     more_before, more_after = (more, found_beside) if backwards else (found_beside, more)
@@ -282,7 +211,7 @@ def read_run_page(
         operations=tuple(
             operation_record(OperationDetailRow(*row), run_id, now) for row in shown_rows
         ),
-        timeline=state_path(_fold_fields(folded), since=first - 1),
+        timeline=state_path(chain.fold_fields(last), since=first - 1),
         created_at=times[0][0] if times else None,
         updated_at=times[0][1] if times else None,
     )
@@ -297,10 +226,10 @@ def read_run_page(
             more_before=more_before,
             more_after=more_after,
         ),
-        verification=verification,
+        verification=chain.verification,
         checkpoint=checkpoint,
         cursor=cursor,
-        events_per_hour={int(hour): int(count) for hour, count in hours},
+        events_per_hour=chain.state_changes_per_hour(),
     )
 
 
@@ -309,7 +238,5 @@ __all__ = [
     "EventCursor",
     "EventWindow",
     "RunPage",
-    "Verification",
     "read_run_page",
-    "verification_of",
 ]

@@ -288,6 +288,25 @@ def test_a_broken_chain_shows_broken_on_every_page(
     assert "broken: " in client.get(f"/runs/{run_id}").text
 
 
+def test_a_chain_that_does_not_verify_still_shows_its_states(
+    client: TestClient, run_store: RunStore, db: Engine
+) -> None:
+    """A page folds the rows verification read, once it verified the chain whole; a
+    chain that breaks early (a hash the fold does not check) is read again to its head."""
+    run_id = long_run(run_store, 600)  # 1,204 events: verification reads 1,000, then more
+    with db.begin() as connection:
+        connection.execute(
+            text("UPDATE events SET event_hash = :hash WHERE run_id = :run_id AND sequence = 290"),
+            {"hash": "ab" * 32, "run_id": run_id},
+        )
+    last = client.get(f"/api/runs/{run_id}?before=1205").json()
+    assert last["verification"]["intact"] is False and last["verification"]["sequence"] == 290
+    timeline = last["run"]["timeline"]
+    assert [entry["sequence"] for entry in timeline] == list(range(1005, 1205))
+    assert timeline[-1] == {**timeline[-1], "state": "paused", "code": "p599"}
+    assert "broken: " in client.get(f"/runs/{run_id}?before=1205").text
+
+
 def test_the_list_shows_times_and_pages_back_by_keyset(
     client: TestClient, run_store: RunStore, db: Engine, clock: FakeClock
 ) -> None:
