@@ -115,11 +115,11 @@ RECEIPT_ROWS_OF_RUN_BEFORE: Final = Query(
     ),
     OperationDetailRow,
 )
-RECEIPT_COUNT_OF_RUN: Final = Query(
-    "receipt_count_of_run",
-    lambda _: select(func.count()).where(
-        operations.c.run_id == bindparam("run_id"), operations.c.kind != KIND_LEASE
-    ),
+# every operation row of the run, counted in an index alone (its receipts are these but
+# its leases, which the page reads anyway)
+OPERATION_COUNT_OF_RUN: Final = Query(
+    "operation_count_of_run",
+    lambda _: select(func.count()).where(operations.c.run_id == bindparam("run_id")),
     CountRow,
 )
 # keyset pages of a run's events by sequence: the `limit` after `after`, in order, and the

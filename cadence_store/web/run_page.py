@@ -30,7 +30,7 @@ from ..storage.read_statements import (
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_BEFORE,
     LEASE_ROWS_OF_RUN,
-    RECEIPT_COUNT_OF_RUN,
+    OPERATION_COUNT_OF_RUN,
     RUN_TIMES,
 )
 from ..storage.rows import BindingDetailRow, EventRow, OperationDetailRow
@@ -178,15 +178,17 @@ def read_run_page(
         )
         with database_errors(READ):
             # one round trip on PostgreSQL (pipelined), each through an index
-            times, bindings, event_rows, leases, receipt_rows, [(receipts,)] = sql.raw_rows_of_each(
-                [
-                    (RUN_TIMES, one_run),
-                    (BINDING_ROWS_OF_RUN, one_run),
-                    events_read,
-                    (LEASE_ROWS_OF_RUN, one_run),
-                    operations.page_read(run_id),
-                    (RECEIPT_COUNT_OF_RUN, one_run),
-                ]
+            times, bindings, event_rows, leases, receipt_rows, [(operations_count,)] = (
+                sql.raw_rows_of_each(
+                    [
+                        (RUN_TIMES, one_run),
+                        (BINDING_ROWS_OF_RUN, one_run),
+                        events_read,
+                        (LEASE_ROWS_OF_RUN, one_run),
+                        operations.page_read(run_id),
+                        (OPERATION_COUNT_OF_RUN, one_run),
+                    ]
+                )
             )
             if cursor.before is not None:
                 event_rows.reverse()
@@ -222,7 +224,7 @@ def read_run_page(
         receipt_window=ReceiptWindow(
             first=ids[0] if ids else None,
             last=ids[-1] if ids else None,
-            receipts=int(receipts),
+            receipts=int(operations_count) - len(leases),
             more_before=more_before,
             more_after=more_after,
         ),

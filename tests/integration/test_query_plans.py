@@ -20,8 +20,8 @@ from cadence_store.storage.read_statements import (
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_BEFORE,
     LEASE_ROWS_OF_RUN,
+    OPERATION_COUNT_OF_RUN,
     OPERATION_ROWS_OF_RUN,
-    RECEIPT_COUNT_OF_RUN,
     RECEIPT_ROWS_OF_RUN_AFTER,
     RECEIPT_ROWS_OF_RUN_BEFORE,
 )
@@ -126,7 +126,7 @@ def test_a_run_page_reads_through_the_keys(database_url: str) -> None:
         assert "TEMP B-TREE" not in plan and '"Sort"' not in plan, (query.name, plan)
     receipt_pages = (RECEIPT_ROWS_OF_RUN_AFTER, RECEIPT_ROWS_OF_RUN_BEFORE)
     cursor = {"after": "p-50", "before": "p-50"}
-    for query in (LEASE_ROWS_OF_RUN, *receipt_pages, RECEIPT_COUNT_OF_RUN):
+    for query in (LEASE_ROWS_OF_RUN, *receipt_pages, OPERATION_COUNT_OF_RUN):
         plan = _plan_text(database_url, query, **cursor)
         assert "Seq Scan" not in plan and "SCAN operations" not in plan, (query.name, plan)
         assert "_operations" in plan, (query.name, plan)  # a key of operations
