@@ -12,11 +12,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ..errors import InvalidInputError
-from ..journal.validation import is_identifier
+from ..journal.validation import is_storable
 from ..storage.read_statements import RECEIPT_ROWS_OF_RUN_AFTER, RECEIPT_ROWS_OF_RUN_BEFORE
 from ..storage.statements import Query
 
 RECEIPTS_PER_PAGE = 100
+CURSOR_CHARACTERS = 1024  # longer is no operation id's cursor
 OPERATIONS_AFTER = "operations_after"
 OPERATIONS_BEFORE = "operations_before"
 # sorts before any operation id (one starts with a letter or digit): the first page's bound
@@ -72,9 +73,12 @@ class OperationCursor:
 
 
 def _operation_id_of(value: str | None, name: str) -> str | None:
+    # any text a database holds: the cursor is a bound in the key's order, and the ids
+    # it follows are those stored (a store cadence 1.x wrote may hold others than the
+    # library writes)
     if value is None or value == "":
         return None
-    if not is_identifier(value):
+    if len(value) > CURSOR_CHARACTERS or not is_storable(value):
         raise InvalidInputError("invalid-operation-cursor", f"{name} is an operation id")
     return value
 

@@ -271,7 +271,11 @@ def test_a_long_run_pages_its_receipts(client: TestClient, run_store: RunStore, 
     assert f'href="?after=200&amp;operations_before={ids[100]}"' in html
     assert 'class="first-receipts" href="?after=200"' in html
     assert 'href="?before=201"' in html and "304 receipts, 100 a page" in html
-    for bad in ("operations_after=-x", f"operations_after={ids[0]}&operations_before={ids[9]}"):
+    for bad in (
+        "operations_after=%00",
+        f"operations_before={'x' * 1025}",
+        f"operations_after={ids[0]}&operations_before={ids[9]}",
+    ):
         refused = client.get(f"/api/runs/{run_id}?{bad}")
         assert refused.status_code == 400 and refused.json()["error"] == "invalid-operation-cursor"
 
