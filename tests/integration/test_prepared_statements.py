@@ -6,7 +6,10 @@
 - behind PgBouncer in transaction mode with two server connections, several stores with
   default settings make hundreds of mixed calls (starts, transitions, leases, reads; sync
   and async) and not one fails: the engine found the pooler and prepares nothing, which
-  it says once in a WARNING.
+  it says once in a WARNING;
+- and should the check miss the pooler (made to here), the first lost statement (26000,
+  42P05) switches the engines off, once each, and its transaction is tried again: still
+  not one call fails, and nothing is doubled.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from support import ROOT_HASH
 import cadence_store
 from cadence_store import AsyncRunStore, RunStore
 from cadence_store.async_store.engine import create_async_store_engine
+from cadence_store.storage import pg_prepare
 from cadence_store.storage.engine import create_store_engine
 from cadence_store.storage.pg_prepare import PREPARE_THRESHOLD
 
@@ -124,27 +128,29 @@ def test_a_callers_prepare_threshold_is_honoured(pg_url: str) -> None:
         assert _prepared_on_session(store) == []
 
 
-def _mixed_calls(stores: list[RunStore], rounds: int) -> int:
+def _mixed_calls(stores: list[RunStore], rounds: int, tag: str = "pb") -> int:
     """Starts, transitions, a lease's acquire, renew and commit, and reads, the stores
     taking turns (each call may land on either server connection). The calls made."""
     calls = 0
     runs = []
     for number, store in enumerate(stores):
         runs.append(
-            store.start_run("abel-implement", change=f"pb-{number}", operation_id=f"pb-{number}")
+            store.start_run(
+                "abel-implement", change=f"{tag}-{number}", operation_id=f"{tag}-{number}"
+            )
         )
         calls += 1
     for number in range(rounds):
         index = number % len(stores)
         store, run_id = stores[index], runs[index].run_id
-        store.transition(run_id, "paused", operation_id=f"pb-{index}-t{number}")
+        store.transition(run_id, "paused", operation_id=f"{tag}-{index}-t{number}")
         store.status(run_id)
         store.list_events(run_id)
         store.list_runs(state="paused")
-        store.inspect_operation(run_id, f"pb-{index}-t{number}")
+        store.inspect_operation(run_id, f"{tag}-{index}-t{number}")
         calls += 5
         if number % 5 == 0:
-            lease = store.acquire_lease(run_id, f"pb-l{number}", 60_000)
+            lease = store.acquire_lease(run_id, f"{tag}-l{number}", 60_000)
             store.renew_lease(lease, 60_000)
             store.commit_lease(lease, {"n": number})
             calls += 3
@@ -198,3 +204,29 @@ def test_behind_a_transaction_pooler_no_async_call_fails_by_default(bouncer_url:
         return calls
 
     assert asyncio.run(take_turns()) > 150
+
+
+def test_a_pooler_the_check_misses_fails_no_call(
+    bouncer_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooler that would pass the check (the server's own process id forwarded): the
+    engines prepare until a statement is lost, then switch off, all at once, and the
+    transaction is tried again."""
+    monkeypatch.setattr(pg_prepare, "behind_pooler", lambda _connection: (False, "missed"))
+    with caplog.at_level(logging.WARNING, POLICY_LOGGER):
+        stores = [RunStore(bouncer_url, root_hash=ROOT_HASH) for _ in range(3)]
+        try:
+            calls = _mixed_calls(stores, 30, tag="missed")
+            for store in stores:
+                raw = store.engine.raw_connection()
+                try:
+                    assert raw.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
+                finally:
+                    raw.close()
+        finally:
+            for store in stores:
+                store.close()
+    assert calls > 150
+    said = [r.getMessage() for r in caplog.records if r.name == POLICY_LOGGER]
+    assert len(said) == 1, said  # every engine that prepared is switched off at once
+    assert "a prepared statement was lost" in said[0] and "prepare_threshold" in said[0]
