@@ -16,7 +16,8 @@ rerun measures, not builds (a measurement adds a few runs and events to a cached
 PostgreSQL stores are built in the throwaway cluster every run.
 
 Each call is then timed on both stores, warm (the same call made first), `--repeat`
-times on varying runs: p50 and p99, and the large store's over the small one's. Prints a
+times on varying runs, the two stores taking turns call by call: p50 and p99, and the
+large store's over the small one's. Cold-cache figures are not taken yet. Prints a
 table and writes `benchmarks/scale-results.json`.
 """
 
@@ -182,20 +183,31 @@ def calls(store: RunStore, named: dict[str, Any]) -> dict[str, Callable[[int], o
     }
 
 
-def measure(store: RunStore, named: dict[str, Any], repeat: int) -> dict[str, dict[str, float]]:
-    figures: dict[str, dict[str, float]] = {}
-    for name, call in calls(store, named).items():
-        call(0)  # warm
-        samples = []
+def measure(
+    stores: dict[str, tuple[RunStore, dict[str, Any]]], repeat: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each call on every store, warm, `repeat` times, the stores taking turns in a fresh
+    random order each time (a shared machine's load hits them alike): p50 and p99 ms."""
+    sets = {label: calls(store, named) for label, (store, named) in stores.items()}
+    figures: dict[str, dict[str, dict[str, float]]] = {label: {} for label in stores}
+    order = list(stores)
+    rng = random.Random(11)
+    for name in next(iter(sets.values())):
+        samples: dict[str, list[float]] = {label: [] for label in stores}
+        for label in order:
+            sets[label][name](0)  # warm
         for n in range(repeat):
-            started = time.perf_counter()
-            call(n)
-            samples.append((time.perf_counter() - started) * 1000)
-        samples.sort()
-        figures[name] = {
-            "p50_ms": round(statistics.median(samples), 4),
-            "p99_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.99))], 4),
-        }
+            rng.shuffle(order)
+            for label in order:
+                started = time.perf_counter()
+                sets[label][name](n)
+                samples[label].append((time.perf_counter() - started) * 1000)
+        for label, values in samples.items():
+            values.sort()
+            figures[label][name] = {
+                "p50_ms": round(statistics.median(values), 4),
+                "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 4),
+            }
     return figures
 
 
@@ -230,7 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes:
         pairs = [tuple(int(part) for part in size.split(":")) for size in args.sizes.split(",")]
         sizes = tuple((runs, events) for runs, events in pairs)  # type: ignore[assignment]
-    results: dict[str, Any] = {"machine": machine(), "revision": head_revision(), "engines": {}}
+    results: dict[str, Any] = {
+        "mode": "custom" if args.sizes else "quick" if args.quick else "full",
+        "sizes": [list(size) for size in sizes],
+        "repeat": args.repeat,
+        "machine": machine(),
+        "revision": head_revision(),
+        "engines": {},
+    }
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-scale-")))
         engines = engines_of(args)
@@ -242,13 +261,23 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "sqlite":
                     url, named, seconds = sqlite_store(runs, events)
                 else:
-                    url, named, seconds = postgresql_store(
-                        Engine(name, workdir, pg_url), runs, events
-                    )
+                    engine = Engine(name, workdir, pg_url)
+                    url, named, seconds = postgresql_store(engine, runs, events)
                 named["build_s"] = named.get("build_s") if seconds is None else round(seconds, 1)
-                with RunStore(url, root_hash=ROOT_HASH) as store:
-                    named["calls"] = measure(store, named, args.repeat)
+                named["url"] = url
                 section[label] = named
+            print(f"[{name}] measuring, the two stores in turn ...", flush=True)
+            with ExitStack() as opened:
+                stores = {
+                    label: (
+                        opened.enter_context(RunStore(named["url"], root_hash=ROOT_HASH)),
+                        named,
+                    )
+                    for label, named in section.items()
+                }
+                for label, figures in measure(stores, args.repeat).items():
+                    section[label]["calls"] = figures
+                    del section[label]["url"]
             results["engines"][name] = section
     print(table(results))
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
