@@ -256,13 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         pg_url = stack.enter_context(postgres_server()) if "postgresql" in engines else None
         for name in engines:
             section: dict[str, Any] = {}
+            databases = Engine(name, workdir, pg_url)
             for label, (runs, events) in zip(("small", "large"), sizes, strict=True):
                 print(f"[{name}] {label}: {runs:,} runs / {events:,} events ...", flush=True)
                 if name == "sqlite":
                     url, named, seconds = sqlite_store(runs, events)
                 else:
-                    engine = Engine(name, workdir, pg_url)
-                    url, named, seconds = postgresql_store(engine, runs, events)
+                    url, named, seconds = postgresql_store(databases, runs, events)
                 named["build_s"] = named.get("build_s") if seconds is None else round(seconds, 1)
                 named["url"] = url
                 section[label] = named
