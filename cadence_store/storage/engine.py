@@ -23,8 +23,9 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from ..errors import InvalidInputError
 from .call_budget import bound_attempts
-from .database_url import driver_name, driver_options
+from .database_url import driver_options
 from .database_url import parse_url as _parse_url
+from .pg_prepare import use_prepare_policy
 
 parse_url = _parse_url  # callers import it from here
 
@@ -81,11 +82,10 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
     (adoption, head revision) before anything changes it. `enable_wal` follows the check.
 
-    On psycopg, statements are never prepared on the server (`prepare_threshold=None`,
-    unless the URL or `connect_args` say otherwise): behind a transaction pooler
-    (PgBouncer) the next transaction may run on another server connection, where the
-    prepared statement does not exist or is another one. Each attempt of a call is
-    bounded by what is left of its `failover_timeout_s` (`call_budget`).
+    On psycopg, statements are prepared on the server, unless the engine is reached
+    through a pooler or the URL or `connect_args` name a `prepare_threshold`
+    (`pg_prepare`). Each attempt of a call is bounded by what is left of its
+    `failover_timeout_s` (`call_budget`).
     """
     parsed, engine_options = store_engine_arguments(parse_url(url), engine_options)
     try:
@@ -98,6 +98,7 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
         # no file can have this name (the driver would raise a bare ValueError)
         raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
     use_store_pragmas(engine)
+    use_prepare_policy(engine, engine_options.get("connect_args") or {}, masked_url(parsed))
     if is_postgresql(engine):
         bound_attempts(engine)
     return engine
@@ -107,14 +108,10 @@ def store_engine_arguments(
     parsed: URL, engine_options: dict[str, Any]
 ) -> tuple[URL, dict[str, Any]]:
     """The URL and engine options of an engine cadence-store makes (sync or async): the
-    URL's query parameters checked and typed (`database_url.driver_options`), and on
-    psycopg no statement prepared on the server unless the caller says otherwise."""
+    URL's query parameters checked and typed (`database_url.driver_options`) among the
+    driver's `connect_args` (the caller's win)."""
     parsed, arguments = driver_options(parsed)
-    if parsed.get_backend_name() == "postgresql" and driver_name(parsed) == "psycopg":
-        connect_args = {"prepare_threshold": None, **arguments}
-        connect_args.update(engine_options.get("connect_args") or {})
-        engine_options = {**engine_options, "connect_args": connect_args}
-    elif arguments:
+    if arguments:
         connect_args = {**arguments, **(engine_options.get("connect_args") or {})}
         engine_options = {**engine_options, "connect_args": connect_args}
     return parsed, engine_options
@@ -199,7 +196,7 @@ def read_snapshot(connection: Connection) -> Iterator[None]:
     can be older than the events an appender committed in between (a false integrity
     alarm). SQLite: a deferred BEGIN on the driver connection (not SQLAlchemy's begin,
     which a `configure_engine` engine turns into BEGIN IMMEDIATE, a write lock);
-    PostgreSQL: REPEATABLE READ, READ ONLY.
+    PostgreSQL: REPEATABLE READ, READ ONLY, committed when the block ends without error.
     """
     if is_sqlite(connection):
         raw = connection.connection.dbapi_connection
@@ -218,7 +215,14 @@ def read_snapshot(connection: Connection) -> Iterator[None]:
         if is_postgresql(connection):
             connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         yield
-    finally:
+    except BaseException:
+        connection.rollback()
+        raise
+    # a read-only transaction's COMMIT keeps nothing, and keeps psycopg's prepared
+    # statements: its ROLLBACK forgets them all (and sends DEALLOCATE ALL)
+    if is_postgresql(connection):
+        connection.commit()
+    else:
         connection.rollback()
 
 

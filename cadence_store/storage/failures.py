@@ -42,6 +42,7 @@ from ..errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
+from .pg_prepare import rerun_unprepared
 
 
 class Access(StrEnum):
@@ -104,8 +105,10 @@ def sqlstate(error: BaseException) -> str | None:
 
 
 def is_retryable(error: BaseException | None) -> bool:
-    """A PostgreSQL serialization failure, deadlock or lock timeout."""
-    return error is not None and sqlstate(error) in RETRYABLE_SQLSTATES
+    """A PostgreSQL serialization failure, deadlock or lock timeout; or a prepared
+    statement a pooler lost, after which nothing is prepared (`pg_prepare`)."""
+    state = None if error is None else sqlstate(error)
+    return state in RETRYABLE_SQLSTATES or rerun_unprepared(state)
 
 
 _SQLITE_NOTADB: Final = 26
@@ -158,7 +161,7 @@ def translate_database_error(error: BaseException, access: Access = WRITE) -> Ca
         if getattr(orig, "sqlite_errorcode", None) == _SQLITE_READONLY_DBMOVED:
             return StoreUnavailableError("run-store-unavailable", detail)
         return StorePermissionError("run-store-permission-denied", detail, engine="sqlite")
-    if code in _SQLITE_BUSY or state in RETRYABLE_SQLSTATES:
+    if code in _SQLITE_BUSY or is_retryable(error):
         return StoreBusyError("run-store-busy", detail)
     if code in _SQLITE_UNAVAILABLE or invalidated:
         return StoreUnavailableError("run-store-unavailable", detail)
