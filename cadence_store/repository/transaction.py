@@ -43,7 +43,7 @@ from ..storage.failures import is_database_error
 from ..storage.feed_notifier import wake_followers
 from ..storage.shape import assert_store_ready
 from ..storage.statements import Statements
-from ..telemetry import count_committed, note_appended
+from ..telemetry_state import count_committed, note_appended
 
 
 @dataclass(slots=True)

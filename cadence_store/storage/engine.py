@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from ..errors import InvalidInputError
 from .backends import backend_for, backend_of_url
 from .database_url import parse_url as _parse_url
+from .pg_prepare import use_prepare_policy
 
 parse_url = _parse_url  # callers import it from here
 
@@ -32,11 +33,10 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
     (adoption, head revision) before anything changes it (`Backend.after_upgrade`).
 
-    On psycopg, statements are never prepared on the server (`prepare_threshold=None`,
-    unless the URL or `connect_args` say otherwise): behind a transaction pooler
-    (PgBouncer) the next transaction may run on another server connection, where the
-    prepared statement does not exist or is another one. Each attempt of a call is
-    bounded by what is left of its `failover_timeout_s` (`call_budget`).
+    On psycopg, statements are prepared on the server, unless the engine is reached
+    through a pooler or the URL or `connect_args` name a `prepare_threshold`
+    (`pg_prepare`). Each attempt of a call is bounded by what is left of its
+    `failover_timeout_s` (`call_budget`).
     """
     parsed, engine_options = store_engine_arguments(parse_url(url), engine_options)
     try:
@@ -54,6 +54,7 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
         engine.dispose()
         raise InvalidInputError("invalid-database-url", problem)
     backend.prepare_engine(engine)
+    use_prepare_policy(engine, engine_options.get("connect_args") or {}, masked_url(parsed))
     backend.bound_attempts(engine)
     return engine
 
@@ -62,16 +63,15 @@ def store_engine_arguments(
     parsed: URL, engine_options: dict[str, Any]
 ) -> tuple[URL, dict[str, Any]]:
     """The URL and engine options of an engine cadence-store makes (sync or async): the
-    URL's query parameters checked and typed (`Backend.url_arguments`), and the
-    backend's default `connect_args` unless the caller says otherwise."""
+    URL's query parameters checked and typed (`Backend.url_arguments`) among the
+    driver's `connect_args` (the caller's win)."""
     backend = backend_of_url(parsed)
     if backend is None:
         return parsed, engine_options  # `create_engine` says what is wrong with it
     parsed, arguments = backend.url_arguments(parsed)
-    defaults = backend.connect_defaults(parsed)
-    if defaults or arguments:
-        given = engine_options.get("connect_args") or {}
-        engine_options = {**engine_options, "connect_args": {**defaults, **arguments, **given}}
+    if arguments:
+        connect_args = {**arguments, **(engine_options.get("connect_args") or {})}
+        engine_options = {**engine_options, "connect_args": connect_args}
     return parsed, engine_options
 
 
@@ -121,7 +121,7 @@ def read_snapshot(connection: Connection) -> Iterator[None]:
     can be older than the events an appender committed in between (a false integrity
     alarm). SQLite: a deferred BEGIN on the driver connection (not SQLAlchemy's begin,
     which a `configure_engine` engine turns into BEGIN IMMEDIATE, a write lock);
-    PostgreSQL: REPEATABLE READ, READ ONLY.
+    PostgreSQL: REPEATABLE READ, READ ONLY, committed when the block ends without error.
     """
     with backend_for(connection).read_snapshot(connection):
         yield

@@ -43,6 +43,7 @@ from .backends.postgresql_errors import (
     pooler_symptom,
     sqlstate,
 )
+from .pg_prepare import rerun_unprepared
 
 
 class Access(StrEnum):
@@ -73,8 +74,10 @@ def is_database_error(error: BaseException, dbapi: Any = None) -> bool:
 
 
 def is_retryable(error: BaseException | None) -> bool:
-    """A PostgreSQL serialization failure, deadlock or lock timeout."""
-    return error is not None and sqlstate(error) in RETRYABLE_SQLSTATES
+    """A PostgreSQL serialization failure, deadlock or lock timeout; or a prepared
+    statement a pooler lost, after which nothing is prepared (`pg_prepare`)."""
+    state = None if error is None else sqlstate(error)
+    return state in RETRYABLE_SQLSTATES or rerun_unprepared(state)
 
 
 def translate_database_error(error: BaseException, access: Access = WRITE) -> CadenceStoreError:

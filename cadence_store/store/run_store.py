@@ -41,15 +41,10 @@ from ..journal.tree_views import (
 )
 from ..journal.validation import require_clock, require_root_hash
 from ..journal.values import Transition
+from ..journal.vocabulary import COMMITTED, INTERRUPTED
+from ..repository.core import TRANSITIONED, ExpiryNeeded
 from ..repository.leases import new_lease_token
-from ..repository.run_repository import (
-    COMMITTED,
-    INTERRUPTED,
-    TRANSITIONED,
-    Clock,
-    ExpiryNeeded,
-    RunRepository,
-)
+from ..repository.run_repository import Clock, RunRepository
 from ..storage.backends import backend_for
 from ..storage.engine import create_store_engine, enable_wal, missing_sqlite_file
 from ..storage.failures import READ, database_errors

@@ -204,11 +204,6 @@ class Backend(ABC):
         those arguments typed (for `connect_args`); every other parameter checked."""
         return url, {}
 
-    def connect_defaults(self, url: URL) -> dict[str, Any]:
-        """`connect_args` an engine cadence-store makes for `url` has unless the URL or
-        the caller say otherwise."""
-        return {}
-
     @abstractmethod
     def sync_twin(self, url: URL) -> URL | None:
         """The same database through the sync driver, None where there is no such twin."""

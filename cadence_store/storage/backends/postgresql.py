@@ -40,6 +40,7 @@ from ...errors import CadenceStoreError, StoreBusyError, StorePermissionError
 from ...errors import StoreUnavailableError as Unavailable
 from ..call_budget import bound_attempts
 from ..database_url import driver_name, psycopg_options
+from ..pg_prepare import rerun_unprepared
 from . import postgresql_catalogue
 from .base import Backend, UpsertInsert, driver_connection, driver_error
 from .postgresql_errors import (
@@ -156,8 +157,12 @@ class PostgreSQLBackend(Backend):
         try:
             connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
-        finally:
+        except BaseException:
             connection.rollback()
+            raise
+        # a read-only transaction's COMMIT keeps nothing, and keeps psycopg's prepared
+        # statements: its ROLLBACK forgets them all (and sends DEALLOCATE ALL)
+        connection.commit()
 
     def lock_migration(self, connection: Connection, schema: str | None) -> None:
         connection.exec_driver_sql(
@@ -199,7 +204,8 @@ class PostgreSQLBackend(Backend):
             return StorePermissionError(
                 "run-store-permission-denied", detail, engine=self.name, hint=self.permission_hint
             )
-        if state in RETRYABLE_SQLSTATES:
+        # a lost race, or a prepared statement a pooler lost (then nothing is prepared)
+        if state in RETRYABLE_SQLSTATES or rerun_unprepared(state):
             return StoreBusyError("run-store-busy", detail)
         if state is not None and state.startswith(UNAVAILABLE_CLASSES):
             return Unavailable("run-store-unavailable", detail)
@@ -215,12 +221,6 @@ class PostgreSQLBackend(Backend):
         if driver_name(url) != "psycopg":
             return url, {}
         return psycopg_options(url)
-
-    def connect_defaults(self, url: URL) -> dict[str, Any]:
-        # never prepared on the server: behind a transaction pooler (PgBouncer) the next
-        # transaction may run on another server connection, where the prepared statement
-        # does not exist or is another one
-        return {"prepare_threshold": None} if driver_name(url) == "psycopg" else {}
 
     def sync_twin(self, url: URL) -> URL | None:
         if url.get_driver_name() not in ("psycopg", "psycopg_async"):
