@@ -24,7 +24,9 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    text,
+)
+from sqlalchemy import (
+    column as sql_column,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -52,7 +54,7 @@ def _run_fk() -> ForeignKey:
 
 def _rows_with(column: str) -> Index:
     """An index of the rows that have a `column` (partial, on both engines)."""
-    present = text(f"{column} IS NOT NULL")
+    present = sql_column(column).is_not(None)
     return Index(None, column, sqlite_where=present, postgresql_where=present)
 
 
