@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                 if server is None:
                     url, facts = sqlite_store(runs, events, work)
                 else:
-                    url, facts = postgres_store(server, runs, events)
+                    url, facts = postgres_store(server, runs, events, work)
                 figures[size] = measure_store(engine, url, facts, size, args, work)
         baseline = figures.get("small") if len(figures) > 1 else None
         compared = {
