@@ -256,6 +256,7 @@ def postgres_store(
             ["pg_restore", "--jobs", "2", "--no-owner", "-d", _pg_tool_url(url), str(dump)],
             check=True,
         )
+        _number_feed(url)
         _analyze(url)
         facts = json.loads(about.read_text())
         restored = round(time.monotonic() - started, 1)
@@ -265,8 +266,7 @@ def postgres_store(
     upgrade(url)
     started = time.monotonic()
     report = copy_store(source, url, batch_size=COPY_BATCH)
-    with RunStore(url) as store:
-        store.read_feed(limit=1)  # numbers the copied events' feed (a store in use has)
+    _number_feed(url)
     _analyze(url)
     facts = {
         "method": "copy_store of the SQLite store of this size (built by the library's "
@@ -282,6 +282,13 @@ def postgres_store(
     )
     about.write_text(json.dumps(facts) + "\n")
     return url, {**facts, "cache": str(dump), "cached": False}
+
+
+def _number_feed(url: str) -> None:
+    """Give copied events their feed positions, as a store in use has them (a copy leaves
+    them to the first reader of the feed on PostgreSQL); nothing when they have them."""
+    with RunStore(url) as store:
+        store.read_feed(limit=1)
 
 
 def _analyze(url: str) -> None:
