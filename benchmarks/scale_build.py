@@ -256,8 +256,11 @@ def postgres_store(
             ["pg_restore", "--jobs", "2", "--no-owner", "-d", _pg_tool_url(url), str(dump)],
             check=True,
         )
-        _number_feed(url)
-        _analyze(url)
+        if _number_feed(url):  # a dump taken before numbering: compact it, dump it again
+            _analyze(url, full=True)
+            _dump(url, dump)
+        else:
+            _analyze(url)
         facts = json.loads(about.read_text())
         restored = round(time.monotonic() - started, 1)
         return url, {**facts, "cache": str(dump), "cached": True, "restore_s": restored}
@@ -277,26 +280,41 @@ def postgres_store(
         "operations": built["operations"],
         "bindings": built["bindings"],
     }
-    subprocess.run(
-        ["pg_dump", "--format=custom", "--file", str(dump), _pg_tool_url(url)], check=True
-    )
+    _dump(url, dump)
     about.write_text(json.dumps(facts) + "\n")
     return url, {**facts, "cache": str(dump), "cached": False}
 
 
-def _number_feed(url: str) -> None:
+def _number_feed(url: str) -> bool:
     """Give copied events their feed positions, as a store in use has them (a copy leaves
-    them to the first reader of the feed on PostgreSQL); nothing when they have them."""
+    them to the first reader of the feed on PostgreSQL); whether any had none."""
+    unnumbered = "SELECT COUNT(*) FROM events WHERE feed_position IS NULL"
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            if not connection.exec_driver_sql(unnumbered).scalar_one():
+                return False
+    finally:
+        engine.dispose()
     with RunStore(url) as store:
         store.read_feed(limit=1)
+    return True
 
 
-def _analyze(url: str) -> None:
-    """VACUUM ANALYZE (PostgreSQL) or ANALYZE (SQLite): the statistics a store in use has."""
+def _dump(url: str, dump: Path) -> None:
+    subprocess.run(
+        ["pg_dump", "--format=custom", "--file", str(dump), _pg_tool_url(url)], check=True
+    )
+
+
+def _analyze(url: str, *, full: bool = False) -> None:
+    """VACUUM ANALYZE (PostgreSQL; `full`: VACUUM FULL, rewriting the tables) or ANALYZE
+    (SQLite): the statistics and the compact tables a store in use has."""
     engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as connection:
             postgres = engine.dialect.name == "postgresql"
-            connection.exec_driver_sql("VACUUM ANALYZE" if postgres else "ANALYZE")
+            vacuum = "VACUUM FULL ANALYZE" if full else "VACUUM ANALYZE"
+            connection.exec_driver_sql(vacuum if postgres else "ANALYZE")
     finally:
         engine.dispose()
