@@ -68,7 +68,7 @@ def sqlite_storage(path: Path, workdir: Path) -> dict[str, Any]:
         ours = _summary(_sqlite_sizes(connection), events)
     legacy = workdir / "cadence-1x-shaped.sqlite3"
     legacy.unlink(missing_ok=True)
-    fixture = sqlite3.connect(f"file:{FIXTURE_1X}?mode=ro", uri=True)
+    fixture = sqlite3.connect(f"file:{FIXTURE_1X}?mode=ro&immutable=1", uri=True)
     ddl = dict(
         fixture.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)",
