@@ -1,288 +1,351 @@
-"""Every call at size against the same call on a small store.
+"""Every call at size against the same call on a small store:
+`python -m benchmarks.scale [--quick] [--engines sqlite postgresql] [--sizes ...] [--calls ...]`.
 
-`python -m benchmarks.scale [--quick] [--engines sqlite,postgresql] [--sizes R:E,R:E]`
-
-Builds two stores per engine, a small one and a large one (`--sizes`, runs:events; by
-default 10,000:100,000 and 1,000,000:10,000,000, `--quick` 10,000:100,000 and
-100,000:1,000,000), through the library's own write path: units of work of `start_run`
-and `transition` calls (`build`). Run lengths are skewed as in use: most runs short, one
-in 300 of 1,000 events, one of 50 and one of 5,000 events; one run in ten a design run,
-one in 40 left validating its delivery (the rest paused); a lease acquired and committed
-on one run in 100, a delivery bound on one in 50. The build's seconds are reported.
-
-SQLite stores are cached between runs (`$CADENCE_BENCH_CACHE`, default
-`~/.cache/cadence-store/scale`), keyed by the schema's head revision and the size, so a
-rerun measures, not builds (a measurement adds a few runs and events to a cached store).
-PostgreSQL stores are built in the throwaway cluster every run.
-
-Each call is then timed on both stores, warm (the same call made first), `--repeat`
-times on varying runs, the two stores taking turns call by call: p50 and p99, and the
-large store's over the small one's. Cold-cache figures are not taken yet. Prints a
-table and writes `benchmarks/scale-results.json`.
+Sizes: `small` (10,000 runs / 100,000 events), `quick` (100,000 / 1,000,000) and `full`
+(1,000,000 / 10,000,000); by default small and full, with `--quick` small and quick. The
+stores are built by the library's write path and cached (`scale_build`). Each call is
+timed warm (one RunStore, after a first call; the calls interleaved in a fresh random
+order every round) and, for the reads, cold: a new RunStore (a new engine, so a new
+connection and no statement cache) for each sample, its first call timed. The OS page
+cache cannot be dropped without root, so "cold" is a fresh connection, not a cold disk.
+Whole-store verify runs in a child process (`parallel_verify.verify_runs`, one job):
+events/s and that process's peak RSS. A follower catching up reads the feed from
+position 0 with `RunStore.follow`. Prints a table (call, small p50/p99, at size p50/p99,
+ratios, the target, met or not) and writes `benchmarks/scale-results.json`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
+import argparse
 import json
 import os
 import random
-import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from cadence_store import RunStore, upgrade
-from cadence_store.storage.schema import head_revision
+import sqlalchemy
 
-from .common import ROOT_HASH, Engine, benchmark_arguments, engines_of, machine, postgres_server
+from cadence_store import RunStore
 
-FULL_SIZES: Final = ((10_000, 100_000), (1_000_000, 10_000_000))
-QUICK_SIZES: Final = ((10_000, 100_000), (100_000, 1_000_000))
-LONG_EVERY: Final = 300  # one run in LONG_EVERY has LONG_EVENTS events
-LONG_EVENTS: Final = 1_000
-DESIGN_EVERY: Final = 10
-VALIDATING_EVERY: Final = 40
-LEASE_EVERY: Final = 100
-BINDING_EVERY: Final = 50
-BATCH: Final = 500  # calls per unit of work while building
-RECEIPT: Final = "c" * 64
+from .common import HERE, ROOT_HASH, machine, postgres_server
+from .scale_build import LONG_CHANGE, SHORT_CHANGE, postgres_store, sqlite_store
+from .scale_report import LEASES, WRITES, rows, storage_lines, table
+from .scale_storage import postgres_storage, sqlite_storage
 
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+RESULTS = HERE / "scale-results.json"
+SIZES = {"small": (10_000, 100_000), "quick": (100_000, 1_000_000), "full": (1_000_000, 10_000_000)}
+PAGE = 50
+DEEP_PAGE = 10_000
+Call = Callable[[RunStore, int], object]
 
 
-def _short_lengths(runs: int, events: int) -> list[int]:
-    """Events per run (its start included): the long runs and the 50- and 5,000-event runs
-    first, the rest short, summing to `events` (at least two each)."""
-    longs = max(1, runs // LONG_EVERY)
-    fixed = [50, 5_000] + [LONG_EVENTS] * longs
-    rest = runs - len(fixed)
-    left = max(events - sum(fixed), 2 * rest)
-    base, extra = divmod(left, rest)
-    return fixed + [base + (1 if n < extra else 0) for n in range(rest)]
+def _scalar(url: str, sql: str) -> Any:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return connection.exec_driver_sql(sql).scalar_one()
+    finally:
+        engine.dispose()
 
 
-def build(store: RunStore, runs: int, events: int) -> dict[str, Any]:
-    """The store's runs, in the proportions above; where its named runs are."""
-    lengths = _short_lengths(runs, events)
-    run_ids: list[str] = []
-    for first in range(0, runs, BATCH):
-        with store.unit_of_work() as uow:
-            for number in range(first, min(first + BATCH, runs)):
-                if number % DESIGN_EVERY == 3:
-                    run = uow.runs.start_run(
-                        "abel-design", provisional_key=_sha(f"k{number}"), operation_id=f"s{number}"
-                    )
-                else:
-                    run = uow.runs.start_run(
-                        "abel-implement", change=f"change-{number}", operation_id=f"s{number}"
-                    )
-                run_ids.append(run.run_id)
-                # a long run's transitions are written in units of their own, below
-                for step in range(min(lengths[number], 20) - 1):
-                    uow.runs.transition(run.run_id, "paused", operation_id=f"t{number}-{step}")
-    for number, length in enumerate(lengths):
-        for first in range(19, length - 1, BATCH):
-            with store.unit_of_work() as uow:
-                for step in range(first, min(first + BATCH, length - 1)):
-                    uow.runs.transition(run_ids[number], "paused", operation_id=f"t{number}-{step}")
-    for number in range(VALIDATING_EVERY - 1, runs, VALIDATING_EVERY):
-        store.transition(run_ids[number], "validating-delivery", operation_id=f"v{number}")
-    for number in range(5, runs, LEASE_EVERY):
-        lease = store.acquire_lease(run_ids[number], f"l{number}", 60_000)
-        store.commit_lease(lease, {"n": number})
-    for number in range(1, runs, BINDING_EVERY):
-        store.bind_delivery(run_ids[number], "gate-a", 1, RECEIPT, operation_id=f"b{number}")
-    return {"run_50": run_ids[0], "run_5000": run_ids[1], "runs": runs, "events": events}
-
-
-def _cache_dir() -> Path:
-    configured = os.environ.get("CADENCE_BENCH_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "cadence-store" / "scale"
-
-
-def sqlite_store(runs: int, events: int) -> tuple[str, dict[str, Any], float | None]:
-    """A cached SQLite store of the size (built now if missing): its URL, its named runs,
-    and the build's seconds (None: it was cached)."""
-    directory = _cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = f"scale-{head_revision()}-{runs}-{events}"
-    path, index = directory / f"{stem}.sqlite3", directory / f"{stem}.json"
-    if path.exists() and index.exists():
-        return f"sqlite:///{path}", json.loads(index.read_text()), None
-    building = directory / f"{stem}.building.sqlite3"
-    building.unlink(missing_ok=True)
-    url = f"sqlite:///{building}"
-    upgrade(url)
-    started = time.perf_counter()
-    with RunStore(url, root_hash=ROOT_HASH) as store:
-        named = build(store, runs, events)
-    seconds = time.perf_counter() - started
-    named["build_s"] = round(seconds, 1)
-    shutil.move(str(building), str(path))
-    index.write_text(json.dumps(named))
-    return f"sqlite:///{path}", named, seconds
-
-
-def postgresql_store(engine: Engine, runs: int, events: int) -> tuple[str, dict[str, Any], float]:
-    url = engine.fresh_url()
-    upgrade(url)
-    started = time.perf_counter()
-    with RunStore(url, root_hash=ROOT_HASH) as store:
-        named = build(store, runs, events)
-    return url, named, time.perf_counter() - started
-
-
-def calls(store: RunStore, named: dict[str, Any]) -> dict[str, Callable[[int], object]]:
-    """Each call measured, given the repetition's number (varying its run)."""
-    run_ids = list(itertools.islice(store.run_ids(), 0, None, max(1, named["runs"] // 2_000)))
-    rng = random.Random(7)
-    picks = [rng.choice(run_ids) for _ in range(4_096)]
-    deep = run_ids[int(len(run_ids) * 0.9)]
-    store.read_feed(after=0, limit=1)  # numbers any unnumbered event first (PostgreSQL)
-    latest = max(0, store.counts().events - 1_000)  # positions count the events from 1
-    made = itertools.count()
-    tag = time.time_ns()  # a cached store keeps what earlier measurements wrote
-
-    def start_run(_n: int) -> object:
-        number = next(made)
-        return store.start_run(
-            "abel-implement", change=f"m-{tag}-{number}", operation_id=f"m-s{tag}-{number}"
-        )
-
-    def transition(n: int) -> object:
-        run_id = picks[n % len(picks)]
-        return store.transition(run_id, "paused", operation_id=f"m-t{tag}-{next(made)}")
-
+def landmarks(store: RunStore, url: str, runs: int) -> dict[str, Any]:
+    """What the calls read: the named runs, a change, a deep page's key, an updated range."""
+    short = store.list_runs(change=SHORT_CHANGE)[0].run_id
+    long = store.list_runs(change=LONG_CHANGE)[0].run_id
+    ids = store.run_ids()
+    middle = ids[len(ids) // 2]
+    deep_page = min(DEEP_PAGE, runs // PAGE // 2)
+    updated = int(_scalar(url, f"SELECT updated_at FROM runs WHERE run_id = '{middle}'"))
+    pages_of_long = store.read_feed(run_id=long, limit=2_500)
     return {
-        "status": lambda n: store.status(picks[n % len(picks)]),
-        "list_events (50 events)": lambda _n: store.list_events(named["run_50"]),
-        "list_events (5,000 events)": lambda _n: store.list_events(named["run_5000"]),
-        "run_detail": lambda n: store.run_detail(picks[n % len(picks)]),
-        "list_runs (first page)": lambda _n: store.list_runs(limit=50),
-        "list_runs (deep keyset page)": lambda _n: store.list_runs(limit=50, after=deep),
-        "list_runs (state)": lambda _n: store.list_runs(state="validating-delivery", limit=50),
-        "list_runs (stage)": lambda _n: store.list_runs(stage="abel-design", limit=50),
-        "list_runs (change)": lambda n: store.list_runs(change=f"change-{(n * 7919) % 1000 + 1}"),
-        "list_runs (root hash)": lambda _n: store.list_runs(root_hash=ROOT_HASH, limit=50),
-        "counts": lambda _n: store.counts(),
-        "inspect_operation": lambda n: store.inspect_operation(picks[n % len(picks)], "nothing"),
-        "read_feed (latest 1,000)": lambda _n: store.read_feed(after=latest, limit=1_000),
-        "start_run (new key)": start_run,
-        "start_run (replayed id)": lambda _n: store.start_run(
-            "abel-implement", change="change-2", operation_id="s2"
-        ),
-        "transition": transition,
+        "short": short,
+        "long": long,
+        "change": store.status(middle).change or LONG_CHANGE,
+        "deep_page": deep_page,
+        "deep_after": ids[deep_page * PAGE - 1],
+        "updated": (updated - 3_600_000, updated + 3_600_000),
+        "long_middle": pages_of_long[-1].position,
+        "head": int(_scalar(url, "SELECT MAX(feed_position) FROM events")),
+        "tag": time.time_ns(),
     }
 
 
-def measure(
-    stores: dict[str, tuple[RunStore, dict[str, Any]]], repeat: int
-) -> dict[str, dict[str, dict[str, float]]]:
-    """Each call on every store, warm, `repeat` times, the stores taking turns in a fresh
-    random order each time (a shared machine's load hits them alike): p50 and p99 ms."""
-    sets = {label: calls(store, named) for label, (store, named) in stores.items()}
-    figures: dict[str, dict[str, dict[str, float]]] = {label: {} for label in stores}
-    order = list(stores)
-    rng = random.Random(11)
-    for name in next(iter(sets.values())):
-        samples: dict[str, list[float]] = {label: [] for label in stores}
-        for label in order:
-            sets[label][name](0)  # warm
-        for n in range(repeat):
-            rng.shuffle(order)
-            for label in order:
+def read_calls(marks: dict[str, Any]) -> dict[str, Call]:
+    after, before = marks["updated"]
+    return {
+        "status": lambda s, n: s.status(marks["short"]),
+        "list_events (50 events)": lambda s, n: s.list_events(marks["short"]),
+        "list_events (5,000 events)": lambda s, n: s.list_events(marks["long"]),
+        "read_feed (a page of 100 of the 5,000-event run)": lambda s, n: s.read_feed(
+            run_id=marks["long"], after=marks["long_middle"], limit=100
+        ),
+        "run_detail": lambda s, n: s.run_detail(marks["short"]),
+        "list_runs (first page)": lambda s, n: s.list_runs(limit=PAGE),
+        f"list_runs (page {marks['deep_page']:,}, keyset)": lambda s, n: s.list_runs(
+            limit=PAGE, after=marks["deep_after"]
+        ),
+        "list_runs (state)": lambda s, n: s.list_runs(state="running", limit=PAGE),
+        "list_runs (stage)": lambda s, n: s.list_runs(stage="abel-design", limit=PAGE),
+        "list_runs (change)": lambda s, n: s.list_runs(change=marks["change"], limit=PAGE),
+        "list_runs (root hash)": lambda s, n: s.list_runs(root_hash=ROOT_HASH, limit=PAGE),
+        "list_runs (updated range)": lambda s, n: s.list_runs(
+            updated_after=after, updated_before=before, limit=PAGE
+        ),
+        "counts": lambda s, n: s.counts(),
+        "inspect_operation": lambda s, n: s.inspect_operation(marks["short"], "scale-start-0"),
+        "read_feed (latest 1,000)": lambda s, n: s.read_feed(after=marks["head"] - 1_000),
+        "verify_integrity (5,000-event run)": lambda s, n: s.verify_integrity(marks["long"]),
+    }
+
+
+def write_calls(store: RunStore, marks: dict[str, Any]) -> dict[str, Call]:
+    tag = marks["tag"]
+    store.start_run("abel-implement", change=f"bench-replay-{tag}", operation_id=f"r-{tag}")
+    mover = store.start_run("abel-implement", change=f"bench-move-{tag}", operation_id=f"m-{tag}")
+    store.transition(mover.run_id, "paused", operation_id=f"mp-{tag}", code="bench")
+    marks["mover"] = mover.run_id
+    return {
+        WRITES[0]: lambda s, n: s.start_run(
+            "abel-implement", change=f"bench-{tag}-{n}", operation_id=f"s-{tag}-{n}"
+        ),
+        WRITES[1]: lambda s, n: s.start_run(
+            "abel-implement", change=f"bench-replay-{tag}", operation_id=f"r-{tag}"
+        ),
+        WRITES[2]: lambda s, n: s.transition(
+            mover.run_id, "paused", operation_id=f"t-{tag}-{n}", code="bench"
+        ),
+        "lease calls": lambda s, n: None,  # timed one by one in `lease_samples`
+    }
+
+
+def lease_samples(store: RunStore, run_id: str, n: int, samples: dict[str, list[float]]) -> None:
+    """Time acquire, renew, assert and commit of one new lease, each on its own."""
+    started = time.perf_counter()
+    lease = store.acquire_lease(run_id, f"bench-lease-{n}-{time.time_ns()}", 60_000)
+    renewed = time.perf_counter()
+    lease = store.renew_lease(lease, 60_000)
+    asserted = time.perf_counter()
+    store.assert_lease(lease)
+    committing = time.perf_counter()
+    store.commit_lease(lease, {"done": True})
+    ended = time.perf_counter()
+    for name, seconds in zip(
+        LEASES,
+        (renewed - started, asserted - renewed, committing - asserted, ended - committing),
+        strict=True,
+    ):
+        samples[name].append(seconds)
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(p99 * 1000, 3),
+        "samples": len(ordered),
+    }
+
+
+def measure_warm(
+    url: str, marks: dict[str, Any], wanted: Callable[[str], bool], rounds: int
+) -> dict[str, dict[str, float]]:
+    store = RunStore(url, root_hash=ROOT_HASH)
+    try:
+        calls = {
+            name: call
+            for name, call in {**read_calls(marks), **write_calls(store, marks)}.items()
+            if wanted(name)
+        }
+        samples: dict[str, list[float]] = {name: [] for name in (*calls, *LEASES)}
+        for call in calls.values():
+            call(store, 0)  # warm: the first call of each is not counted
+        counter = 0
+        for _ in range(rounds):
+            order = list(calls)
+            random.shuffle(order)
+            for name in order:
+                counter += 1
+                if name == "lease calls":
+                    lease_samples(store, marks["mover"], counter, samples)
+                    continue
                 started = time.perf_counter()
-                sets[label][name](n)
-                samples[label].append((time.perf_counter() - started) * 1000)
-        for label, values in samples.items():
-            values.sort()
-            figures[label][name] = {
-                "p50_ms": round(statistics.median(values), 4),
-                "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 4),
-            }
-    return figures
+                calls[name](store, counter)
+                samples[name].append(time.perf_counter() - started)
+    finally:
+        store.close()
+    return {name: summary(found) for name, found in samples.items() if found}
 
 
-def table(results: dict[str, Any]) -> str:
-    lines = []
-    for engine, section in results["engines"].items():
-        small, large = section["small"], section["large"]
-        lines += [
-            f"{engine}: {small['runs']:,} runs / {small['events']:,} events against "
-            f"{large['runs']:,} / {large['events']:,} (build {small['build_s']} s, {large['build_s']} s)",
-            "",
-            "| call | small p50 / p99 ms | large p50 / p99 ms | p50 ratio | p99 ratio |",
-            "|---|---|---|---|---|",
-        ]
-        for call, figure in large["calls"].items():
-            base = small["calls"][call]
-            lines.append(
-                f"| {call} | {base['p50_ms']} / {base['p99_ms']} | {figure['p50_ms']} / "
-                f"{figure['p99_ms']} | {figure['p50_ms'] / base['p50_ms']:.2f}x | "
-                f"{figure['p99_ms'] / base['p99_ms']:.2f}x |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+def measure_cold(
+    url: str, marks: dict[str, Any], wanted: Callable[[str], bool], rounds: int
+) -> dict[str, dict[str, float]]:
+    """Each sample: a new RunStore (new engine and connection), its first call timed."""
+    calls = {name: call for name, call in read_calls(marks).items() if wanted(name)}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            store = RunStore(url, root_hash=ROOT_HASH)
+            try:
+                started = time.perf_counter()
+                call(store, 0)
+                samples[name].append(time.perf_counter() - started)
+            finally:
+                store.close()
+    return {name: summary(found) for name, found in samples.items()}
+
+
+def follower(url: str, head: int) -> dict[str, float]:
+    """A follower from position 0 to the head, as fast as the feed gives: events/s."""
+    store = RunStore(url)
+    seen = 0
+    started = time.perf_counter()
+    try:
+        for item in store.follow(after=0, poll_s=0.01):
+            seen += 1
+            if item.position >= head:
+                break
+    finally:
+        store.close()
+    seconds = time.perf_counter() - started
+    return {"events": seen, "seconds": round(seconds, 2), "events_per_s": round(seen / seconds)}
+
+
+def verify_probe(url: str) -> dict[str, float]:
+    """Run in a fresh child: verify every run with one job; events/s and peak RSS."""
+    from cadence_store.parallel_verify import verify_runs
+
+    store = RunStore(url)
+    events = store.counts().events
+    started = time.perf_counter()
+    checks = verify_runs(store, jobs=1)
+    seconds = time.perf_counter() - started
+    store.close()
+    peak = next(
+        int(line.split()[1]) / 1024
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmHWM:")
+    )
+    return {
+        "runs": len(checks),
+        "broken": sum(not check.ok for check in checks),
+        "events": events,
+        "seconds": round(seconds, 2),
+        "events_per_s": round(events / seconds),
+        "peak_rss_mb": round(peak, 1),
+    }
+
+
+def whole_store_verify(url: str) -> dict[str, float]:
+    probe = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--verify-probe", url],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=HERE.parent,
+    )
+    result: dict[str, float] = json.loads(probe.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure_store(
+    engine: str, url: str, facts: dict[str, Any], size: str, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    runs = SIZES[size][0]
+    words: list[str] = args.calls or []
+
+    def wanted(name: str) -> bool:
+        return not words or any(word in name for word in words)
+
+    store = RunStore(url)
+    try:
+        marks = landmarks(store, url, runs)
+    finally:
+        store.close()
+    print(f"  {engine} {size}: {facts['runs']:,} runs, {facts['events']:,} events", file=sys.stderr)
+    result: dict[str, Any] = {"store": facts, "deep_page": marks["deep_page"]}
+    if wanted("storage"):
+        path = Path(sqlalchemy.make_url(url).database or "")
+        result["storage"] = (
+            sqlite_storage(path, work) if engine == "sqlite" else postgres_storage(url)
+        )
+    result["cold"] = measure_cold(url, marks, wanted, args.cold_rounds)
+    result["warm"] = measure_warm(url, marks, wanted, args.rounds)
+    if wanted("follow"):
+        result["follower"] = follower(url, marks["head"])
+    if wanted("verify (whole store)"):
+        result["verify_store"] = whole_store_verify(url)
+    return result
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="at size = 100,000 runs")
+    parser.add_argument("--engines", nargs="+", default=["sqlite", "postgresql"])
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=None)
+    parser.add_argument("--calls", nargs="+", default=None, help="only calls naming a word")
+    parser.add_argument("--rounds", type=int, default=100, help="warm samples per call")
+    parser.add_argument("--cold-rounds", type=int, default=15, help="cold samples per read")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--verify-probe", metavar="URL", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = benchmark_arguments("benchmarks.scale", "scale-results.json", description=__doc__)
-    parser.add_argument("--sizes", default=None, help="runs:events,runs:events (small, large)")
-    parser.add_argument("--repeat", type=int, default=200)
-    args = parser.parse_args(argv)
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    if args.sizes:
-        pairs = [tuple(int(part) for part in size.split(":")) for size in args.sizes.split(",")]
-        sizes = tuple((runs, events) for runs, events in pairs)  # type: ignore[assignment]
-    results: dict[str, Any] = {
-        "mode": "custom" if args.sizes else "quick" if args.quick else "full",
-        "sizes": [list(size) for size in sizes],
-        "repeat": args.repeat,
-        "machine": machine(),
-        "revision": head_revision(),
-        "engines": {},
-    }
-    with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cadence-scale-")))
-        engines = engines_of(args)
-        pg_url = stack.enter_context(postgres_server()) if "postgresql" in engines else None
-        for name in engines:
-            section: dict[str, Any] = {}
-            databases = Engine(name, workdir, pg_url)
-            for label, (runs, events) in zip(("small", "large"), sizes, strict=True):
-                print(f"[{name}] {label}: {runs:,} runs / {events:,} events ...", flush=True)
-                if name == "sqlite":
-                    url, named, seconds = sqlite_store(runs, events)
+    args = arguments(argv)
+    if args.verify_probe:
+        print(json.dumps(verify_probe(args.verify_probe)))
+        return 0
+    sizes = args.sizes or ["small", "quick" if args.quick else "full"]
+    results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "engines": {}}
+    if RESULTS.exists() and args.out == RESULTS:  # keep the other engines' last figures
+        results["engines"] = json.loads(RESULTS.read_text()).get("engines", {})
+    for engine in args.engines:
+        figures: dict[str, Any] = {}
+        with ExitStack() as stack:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="scale-")))
+            server = stack.enter_context(postgres_server()) if engine == "postgresql" else None
+            for size in sizes:
+                runs, events = SIZES[size]
+                if server is None:
+                    url, facts = sqlite_store(runs, events, work)
                 else:
-                    url, named, seconds = postgresql_store(databases, runs, events)
-                named["build_s"] = named.get("build_s") if seconds is None else round(seconds, 1)
-                named["url"] = url
-                section[label] = named
-            print(f"[{name}] measuring, the two stores in turn ...", flush=True)
-            with ExitStack() as opened:
-                stores = {
-                    label: (
-                        opened.enter_context(RunStore(named["url"], root_hash=ROOT_HASH)),
-                        named,
-                    )
-                    for label, named in section.items()
-                }
-                for label, figures in measure(stores, args.repeat).items():
-                    section[label]["calls"] = figures
-                    del section[label]["url"]
-            results["engines"][name] = section
-    print(table(results))
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+                    url, facts = postgres_store(server, runs, events, work)
+                figures[size] = measure_store(engine, url, facts, size, args, work)
+        baseline = figures.get("small") if len(figures) > 1 else None
+        compared = {
+            size: rows(engine, None if size == "small" else baseline, figures[size])
+            for size in figures
+        }
+        results["engines"][engine] = {
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "sizes": figures,
+            "rows": compared,
+        }
+        for size in sizes:
+            print(
+                table(
+                    engine, size, compared[size], results["engines"][engine]["load_average_after"]
+                )
+            )
+            if "storage" in figures[size]:
+                print(storage_lines(engine, size, figures[size]["storage"]))
+            build = figures[size]["store"]
+            print(
+                f"  store: {build['runs']:,} runs, {build['events']:,} events, built by "
+                f"{build['method']} in {build['build_s']} s; cache {build['cache']}"
+            )
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
