@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ArchiveInvalidError,
     CadenceStoreError,
     CheckpointError,
     HostWriteError,
@@ -76,6 +77,7 @@ __version__ = "0.1.0"
 __all__ = [
     "OWNED_TABLES",
     "ApprovalProof",
+    "ArchiveInvalidError",
     "AsyncRunRepository",
     "AsyncRunStore",
     "BindDelivery",

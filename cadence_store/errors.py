@@ -158,6 +158,15 @@ class CheckpointError(JournalIntegrityError):
     default_code = "checkpoint-mismatch"
 
 
+class ArchiveInvalidError(JournalIntegrityError):
+    """A file given as an archive is not one, or not whole: no archive header, a line that
+    is not a run of it, a run whose leaves do not match its events, no trailer or a
+    trailer whose counts differ (truncated), lines after the trailer (`archive-invalid`).
+    Evidence that does not hold, like the chain's own failures."""
+
+    default_code = "archive-invalid"
+
+
 class MigrationError(CadenceStoreError):
     """An upgrade step failed; the whole upgrade was rolled back."""
 
@@ -258,6 +267,7 @@ class HostWriteError(CadenceStoreError):
 
 
 __all__ = [
+    "ArchiveInvalidError",
     "CadenceStoreError",
     "CheckpointError",
     "HostWriteError",
