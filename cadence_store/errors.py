@@ -223,7 +223,8 @@ class StorePermissionError(StoreUnavailableError):
 
     default_code = "run-store-permission-denied"
     TABLES: ClassVar[str] = (
-        "runs, events, operations, delivery_bindings, follower_positions, tree_tiles, checkpoints"
+        "runs, events, operations, delivery_bindings, follower_positions, tree_tiles, "
+        "checkpoints, kept_leaves, archived_runs, archived_operations"
     )
 
     def __init__(

@@ -33,12 +33,13 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement, Select
 
-from .models import EVENT_COLUMNS, events, follower_positions
+from .models import EVENT_COLUMNS, events, follower_positions, kept_leaves
 from .rows import FeedRow, FollowerPositionRow, LockedRow, UnnumberedRow
 from .statements import Query, Write
 
@@ -51,14 +52,23 @@ FEED_LOCK_KEY: Final = int.from_bytes(
 )
 
 
+def highest_position() -> Select[Any]:
+    """The highest position numbered (0: none): of the events, or of the leaves an
+    archive kept of the events it deleted (`kept_leaves`), so that a position is never
+    numbered twice. Each is one index descent."""
+    highest = union_all(
+        select(func.max(events.c.feed_position).label("position")),
+        select(func.max(kept_leaves.c.feed_position).label("position")),
+    ).subquery("highest")
+    # the numbers written into the statement: no value to pick for them on every append
+    return select(func.coalesce(func.max(highest.c.position), literal_column("0")))
+
+
 def feed_position_on_insert(dialect_name: str) -> ColumnElement[int | None]:
     """The value an appended event's `feed_position` gets in its INSERT (see above)."""
     if dialect_name == "postgresql":
         return cast(null(), BigInteger)
-    # the numbers written into the statement: no value to pick for them on every append
-    return select(
-        func.coalesce(func.max(events.c.feed_position), literal_column("0")) + literal_column("1")
-    ).scalar_subquery()
+    return (highest_position().scalar_subquery() + literal_column("1")).self_group()
 
 
 def _unnumbered() -> Select[Any]:
@@ -112,7 +122,7 @@ def _number_unnumbered() -> ClauseElement:
     id and sequence. On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
     transaction, as a statement of its own: its snapshot is then taken after the lock,
     and sees the last numbering."""
-    highest = select(func.coalesce(func.max(events.c.feed_position), 0)).scalar_subquery()
+    highest = highest_position().scalar_subquery()
     timed = (
         select(
             events.c.run_id,

@@ -254,3 +254,21 @@ class EventPlaceRow(NamedTuple):
 
 class NewestSequenceRow(NamedTuple):
     sequence: int
+
+
+class ArchivableRunRow(NamedTuple):
+    """A finished run an archive may take: its head, and when its last event was
+    recorded (the run row's `updated_at` for an event cadence 1.x wrote)."""
+
+    run_id: str
+    sequence: int
+    event_hash: str
+    last_event_at: int | None
+
+
+class ArchivedRunIdRow(NamedTuple):
+    run_id: str
+
+
+class ArchivedCountRow(NamedTuple):
+    archived: int

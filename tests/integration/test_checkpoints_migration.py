@@ -26,7 +26,7 @@ def _tables(url: str) -> set[str]:
 
 
 def test_the_revision_adds_the_tables_and_its_downgrade_drops_them(database_url: str) -> None:
-    assert head_revision() == "cs0007_checkpoints"
+    assert head_revision() != BEFORE
     assert cadence_store.upgrade(database_url, BEFORE) == BEFORE
     assert not NEW_TABLES & _tables(database_url)
     with pytest.raises(SchemaOutOfDateError):
