@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
 
 from ..parallel_verify import verify_runs
 from ..transfer import RunCheck, iter_verify_export
+from ..transfer.archive_file import ArchiveVerification, verify_archive
 from . import checkpoints, render
 from .group import describe, json_option, main, open_input, opened, progress_bar, url_option
 
@@ -69,6 +70,53 @@ def _verify_file(path: str, *, as_json: bool) -> None:
     _report_checks(results, path, as_json=as_json)
 
 
+def _verify_archive(path: str, checkpoint_file: str, vkey: str, *, as_json: bool) -> None:
+    note = checkpoints.read_note_file(checkpoint_file)
+    key = checkpoints.read_verifier_key(vkey)
+    with open_input(path) as lines, progress_bar() as bar:
+        task = bar.add_task("verifying archive lines", total=None)
+
+        def counted() -> Iterator[str]:
+            for line in lines:
+                bar.advance(task)
+                yield line
+
+        report = verify_archive(counted(), note, key)
+    _report_archive(report, path, as_json=as_json)
+
+
+def _report_archive(report: ArchiveVerification, path: str, *, as_json: bool) -> None:
+    if as_json:
+        document = {"archive": path, **report.to_json()}
+        click.echo(render.printable(json.dumps(document, ensure_ascii=False)))
+    elif report.failure is not None:
+        failure = report.failure
+        where = "".join(
+            f"{label} {value}: "
+            for label, value in (("run", failure.run_id), ("sequence", failure.sequence))
+            if value is not None
+        )
+        broken = f"BROKEN archive {path}: {where}{failure.detail} ({failure.code})"
+        click.echo(render.printable(broken))
+        click.echo(
+            f"archive {path} does not verify: {report.runs} run(s), {report.events} event(s) "
+            f"read, {report.broken} run(s) broken"
+        )
+    else:
+        click.echo(
+            f"archive {path} verified: {report.runs} run(s), {report.events} event(s); every "
+            f"event's leaf is in the tree of {report.tree_size} leaves (root {report.root_hash}) "
+            f"that the checkpoint of {report.origin} signs"
+        )
+        if report.later_checkpoint:
+            click.echo(
+                "the checkpoint given is later than the archive's: that the two are "
+                "consistent is checked on the store (verify --checkpoint with each note)"
+            )
+    if not report.ok:
+        sys.exit(render.EXIT_CORRUPT)
+
+
 @main.command()
 @click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @url_option
@@ -95,6 +143,13 @@ def _verify_file(path: str, *, as_json: bool) -> None:
     "tree at its size recomputed from the events, and every chain.",
 )
 @click.option("--vkey", metavar="KEY", help="The checkpoint's verifier key, or a file holding it.")
+@click.option(
+    "--archive",
+    "archive_file",
+    metavar="FILE",
+    help="Check an archive file offline instead (with --checkpoint and --vkey; no database): "
+    "its checkpoint's signature, every chain, every event's inclusion proof, its trailer.",
+)
 @json_option
 def verify(
     run_ids: Sequence[str],
@@ -103,6 +158,7 @@ def verify(
     jobs: int,
     checkpoint_file: str | None,
     vkey: str | None,
+    archive_file: str | None,
     as_json: bool,
 ) -> None:
     """Verify hash chains and stored projections (all runs, or the ones named).
@@ -115,7 +171,15 @@ def verify(
     Example: cadence-store verify --file runs.jsonl
     Example: cadence-store verify --json (one JSON object: counts and every broken run)
     Example: cadence-store verify --checkpoint head.txt --vkey runs.vkey
+    Example: cadence-store verify --archive runs-2025.archive --checkpoint head.txt --vkey runs.vkey
     """
+    if archive_file is not None:
+        if checkpoint_file is None or vkey is None:
+            raise click.UsageError("--archive needs --checkpoint and --vkey")
+        if run_ids or file_ is not None:
+            raise click.UsageError("--archive checks one archive file; name no run or --file")
+        _verify_archive(archive_file, checkpoint_file, vkey, as_json=as_json)
+        return
     if checkpoint_file is not None or vkey is not None:
         if checkpoint_file is None or vkey is None:
             raise click.UsageError("--checkpoint and --vkey go together")

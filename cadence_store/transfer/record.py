@@ -250,16 +250,26 @@ def _with_times(row: object, key: str) -> object:
     return {**row, **{name: row.get(name) for name in names}}
 
 
-def parse_record(text: str, line: int | None = None) -> Record:
-    """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
+def decode_line(text: str, line: int | None = None) -> Any:
+    """One line's JSON value: `export-record-too-deep` (refused unread) when nested too
+    deep to decode, `export-record-invalid` when not JSON."""
     if text.count("[") + text.count("{") >= _DEEP_HINT and _nesting_depth(text) > _MAX_DEPTH:
         raise hostile(TOO_DEEP, line, "JSON nested too deep")
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except ValueError as error:
         raise invalid_record(line, f"not JSON ({error})") from None
     except RecursionError:
         raise hostile(TOO_DEEP, line, "JSON nested too deep") from None
+
+
+def parse_record(text: str, line: int | None = None) -> Record:
+    """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
+    return record_of(decode_line(text, line), line)
+
+
+def record_of(value: object, line: int | None = None) -> Record:
+    """Shape-check one decoded export record (`InvalidInputError` export-record-invalid)."""
     if not isinstance(value, dict) or set(value) != set(RECORD_KEYS):
         raise invalid_record(line, f"expected an object with keys {list(RECORD_KEYS)}")
     run = _check_row(_with_times(value["run"], "run"), runs, "run", line)
@@ -337,7 +347,9 @@ __all__ = [
     "Record",
     "Row",
     "RunCheck",
+    "decode_line",
     "describe_difference",
     "dump_record",
     "parse_record",
+    "record_of",
 ]

@@ -17,10 +17,6 @@ from cadence_store.journal.archive_format import (
     ArchiveHeader,
     ArchiveTrailer,
     header_line,
-    is_trailer,
-    parse_header,
-    parse_leaves,
-    parse_trailer,
     run_line,
     trailer_line,
 )
@@ -71,7 +67,7 @@ def test_the_header_line_carries_the_note_verbatim() -> None:
         "finishedBeforeMs",
         "createdAtMs",
     ]
-    header = parse_header(json.loads(line))
+    header = archive_format.parse_header(json.loads(line))
     assert header == ArchiveHeader(note, 5, 1_700_000_000_000, 1_700_000_500_000)
     assert header.checkpoint.size == 5 and header.checkpoint.origin == "example.com/runs"
 
@@ -107,7 +103,7 @@ def test_the_header_line_refuses_what_is_not_a_checkpoint_of_its_size(
 )
 def test_a_first_line_that_is_not_a_header_is_not_an_archive(value: object) -> None:
     with pytest.raises(ArchiveInvalidError, match="line 1"):
-        parse_header(value)
+        archive_format.parse_header(value)
 
 
 def test_the_run_line_is_the_export_record_with_its_leaves_last() -> None:
@@ -120,7 +116,7 @@ def test_the_run_line_is_the_export_record_with_its_leaves_last() -> None:
     value = json.loads(line)
     assert list(value) == ["run", "events", "operations", "deliveryBindings", "leaves"]
     assert value["leaves"][1] == {"sequence": 2, "leafIndex": 7, "hashes": ["02" * 32, "03" * 32]}
-    assert parse_leaves(value["leaves"], "r-1", [1, 2]) == tuple(leaves)
+    assert archive_format.parse_leaves(value["leaves"], "r-1", [1, 2]) == tuple(leaves)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +169,7 @@ def test_a_leaf_comes_from_a_stores_inclusion_proof() -> None:
 )
 def test_a_malformed_leaf_is_refused(value: dict[str, Any]) -> None:
     with pytest.raises(ArchiveInvalidError) as caught:
-        parse_leaves([value], "r-1", [1], line=4)
+        archive_format.parse_leaves([value], "r-1", [1], line=4)
     assert caught.value.run_id == "r-1" and "line 4" in str(caught.value)
 
 
@@ -181,10 +177,10 @@ def test_the_trailer_counts_runs_and_events() -> None:
     line = trailer_line(2, 9)
     assert line == '{"end":{"runs":2,"events":9}}\n'
     value = json.loads(line)
-    assert is_trailer(value) and not is_trailer({"run": {}})
-    assert parse_trailer(value) == ArchiveTrailer(2, 9)
+    assert archive_format.is_trailer(value) and not archive_format.is_trailer({"run": {}})
+    assert archive_format.parse_trailer(value) == ArchiveTrailer(2, 9)
     for bad in ({"end": {"runs": 2}}, {"end": {"runs": -1, "events": 0}}, {"end": 1, "x": 0}):
         with pytest.raises(ArchiveInvalidError):
-            parse_trailer(bad)
+            archive_format.parse_trailer(bad)
     with pytest.raises(ArchiveInvalidError):
         trailer_line(-1, 0)
