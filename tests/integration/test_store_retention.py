@@ -6,16 +6,18 @@ still verify after."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from support import FakeClock
+from support import ROOT_HASH, FakeClock
 
 from cadence_store import (
     ArchiveInvalidError,
+    AsyncRunStore,
     CheckpointError,
     InvalidInputError,
     RunArchivedError,
@@ -23,6 +25,7 @@ from cadence_store import (
     RunStore,
     generate_signer_key,
 )
+from cadence_store.async_store import async_database_url
 from cadence_store.journal import merkle
 from cadence_store.journal.notes import verify_checkpoint
 from cadence_store.storage.feed_notifier import flush_notifiers
@@ -113,7 +116,7 @@ def test_archive_writes_old_finished_runs_and_deletes_them(
 def test_the_tree_and_its_checkpoints_verify_after_an_archive(
     store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
 ) -> None:
-    finished(store, "a", 2)
+    first = finished(store, "a", 2)
     before = store.checkpoint(KEY)
     finished(store, "b", 2)  # the newest positions are archived too
     clock.advance(DAY)
@@ -136,6 +139,8 @@ def test_the_tree_and_its_checkpoints_verify_after_an_archive(
     proof = store.inclusion_proof(run.run_id)
     root = bytes.fromhex(after.root_hash)
     merkle.verify_inclusion(proof.leaf_hash, proof.leaf_index, 9, list(proof.hashes), root)
+    with pytest.raises(RunArchivedError):
+        store.inclusion_proof(first[0])  # its proof is in the archive file
     consistency = store.consistency_proof(before.size, after.size)
     merkle.verify_consistency(
         before.size, 9, bytes.fromhex(before.root_hash), root, list(consistency.hashes)
@@ -339,3 +344,25 @@ def test_bad_archive_arguments_are_refused(run_store: RunStore, tmp_path: Path) 
         assert raised.value.code == "invalid-archive-request"
     assert not list(tmp_path.glob("x*"))
     assert run_store.counts().archived == 0
+
+
+def test_the_async_store_archives_and_answers_run_archived(store_url: str, tmp_path: Path) -> None:
+    url = async_database_url(store_url).render_as_string(hide_password=False)
+    clock = FakeClock()
+
+    async def scenario() -> tuple[Any, str]:
+        async with AsyncRunStore(url, root_hash=ROOT_HASH, clock=clock) as store:
+            run = await store.start_run("abel-implement", change="a", operation_id="s-1")
+            await store.transition(run.run_id, "rejected", operation_id="t-1")
+            clock.advance(DAY)
+            report = await store.archive(
+                finished_before_ms=clock(), to=tmp_path / "async.archive", key=KEY
+            )
+            try:
+                await store.status(run.run_id)
+            except RunArchivedError as error:
+                return report, error.code
+            return report, "found"
+
+    report, code = asyncio.run(scenario())
+    assert (report.runs_archived, report.events_archived, code) == (1, 2, "run-archived")
