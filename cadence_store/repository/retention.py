@@ -10,7 +10,8 @@ from typing import Any
 
 from ..journal import merkle
 from ..journal.archives import WrittenRun, record_digest
-from ..journal.tiles import TileKey
+from ..journal.merkle import NodeId, node_hash
+from ..journal.tiles import TILE_HEIGHT, TileKey
 from ..storage.retention_statements import (
     ARCHIVABLE_PAGE,
     ARCHIVED_COUNT,
@@ -32,28 +33,56 @@ from ..storage.statements import Statements
 from .core import JournalAccess
 from .tree_tiles import StoredTree
 
-_CACHED_TILES = 4096  # tiles a proof reader keeps (neighbouring leaves share most)
+_CACHED_NODES = 65_536  # node hashes a proof reader keeps
+_CACHED_TILES = 1024  # and tiles
 
 
 class CachedTree(StoredTree):
-    """`StoredTree` keeping the tiles it read (a bounded number): the proofs of a run's
-    leaves, and of runs numbered together, read each tile once."""
+    """`StoredTree` for many proofs at once (an archive's): the tiles it read and the node
+    hashes it gave are kept (a bounded number), and a node between two tile levels is
+    hashed from its two children, so that the proofs of neighbouring leaves, which share
+    most of their nodes, hash each node once."""
 
-    __slots__ = ("_kept",)
+    __slots__ = ("_nodes", "_tiles")
 
     def __init__(self, sql: Statements) -> None:
         super().__init__(sql)
-        self._kept: dict[TileKey, bytes | None] = {}
+        self._nodes: dict[NodeId, bytes] = {}
+        self._tiles: dict[TileKey, bytes] = {}
 
     def tiles(self, keys: Sequence[TileKey]) -> dict[TileKey, bytes]:
-        wanted = [key for key in set(keys) if key not in self._kept]
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._tiles]
         if wanted:
-            if len(self._kept) + len(wanted) > _CACHED_TILES:
-                self._kept.clear()
-            found = super().tiles(wanted)
-            for key in wanted:
-                self._kept[key] = found.get(key)
-        return {key: hashes for key in keys if (hashes := self._kept.get(key)) is not None}
+            if len(self._tiles) + len(wanted) > _CACHED_TILES:
+                self._tiles.clear()
+            self._tiles.update(super().tiles(wanted))
+        return {key: self._tiles[key] for key in keys if key in self._tiles}
+
+    def node_hashes(self, nodes: Sequence[NodeId]) -> list[bytes]:
+        if len(self._nodes) > _CACHED_NODES:
+            self._nodes.clear()
+        on_tiles = [
+            node
+            for node in dict.fromkeys(nodes)
+            if node not in self._nodes and node.level % TILE_HEIGHT == 0
+        ]
+        if on_tiles:
+            self._nodes.update(zip(on_tiles, super().node_hashes(on_tiles), strict=True))
+        return [self._node(node) for node in nodes]
+
+    def _node(self, node: NodeId) -> bytes:
+        found = self._nodes.get(node)
+        if found is None:
+            if node.level % TILE_HEIGHT == 0:
+                found = super().node_hashes([node])[0]
+            else:
+                below = node.level - 1
+                found = node_hash(
+                    self._node(NodeId(below, 2 * node.index)),
+                    self._node(NodeId(below, 2 * node.index + 1)),
+                )
+            self._nodes[node] = found
+        return found
 
 
 @dataclass(frozen=True, slots=True)

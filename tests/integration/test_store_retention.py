@@ -366,3 +366,28 @@ def test_the_async_store_archives_and_answers_run_archived(store_url: str, tmp_p
 
     report, code = asyncio.run(scenario())
     assert (report.runs_archived, report.events_archived, code) == (1, 2, "run-archived")
+
+
+@pytest.mark.run_store_only
+def test_every_proof_of_an_archive_over_several_tiles_leads_to_its_root(
+    store: RunStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    with store.unit_of_work() as uow:  # 600 leaves: three tiles of leaves, a level above
+        for i in range(300):
+            run = uow.runs.start_run("abel-implement", change=f"m-{i}", operation_id=f"m-{i}")
+            uow.runs.transition(run.run_id, "rejected", operation_id=f"r-{i}")
+    store.checkpoint(KEY)  # a stored tree to extend, not one built by the archive
+    clock.advance(DAY)
+    path = tmp_path / "big.archive"
+    report = store.archive(finished_before_ms=clock(), to=path, key=KEY, batch=128)
+    assert (report.runs_archived, report.checkpoint.size) == (300, 600)
+    checkpoint = verify_checkpoint(report.checkpoint.note, VKEY)
+    indices = set()
+    for line in archive_lines(path)[1:-1]:
+        run_id = line["run"]["run_id"]
+        for event, leaf in zip(line["events"], line["leaves"], strict=True):
+            leaf_hash = merkle.feed_leaf_hash(run_id, event["sequence"], event["event_hash"])
+            hashes = [bytes.fromhex(h) for h in leaf["hashes"]]
+            merkle.verify_inclusion(leaf_hash, leaf["leafIndex"], 600, hashes, checkpoint.root_hash)
+            indices.add(leaf["leafIndex"])
+    assert indices == set(range(600))
