@@ -357,8 +357,9 @@ class AsyncRunStoreCalls(ABC):
         `run-archived`. A run that changed after the file was written is left whole.
 
         When `to` exists (an archive interrupted after its file was durable), the file
-        is verified (`archive-invalid` when it does not) and its runs still in the store
-        are deleted; nothing else is archived. `progress` hears of each run written
+        is verified (`archive-invalid` when it does not; `checkpoint-signature-invalid`
+        when another key signed it) and its runs still in the store are deleted;
+        nothing else is archived. `progress` hears of each run written
         (phase "archive") and each transaction (phase "delete")."""
         return await self._on_store(
             RunStore.archive,

@@ -129,8 +129,8 @@ def archive(
 
 @contextmanager
 def _snapshot(transactions: Transactions) -> Iterator[RunArchives]:
-    """One read snapshot on the primary (never a standby: the tree it proofs against was
-    signed there): its connection (export records) and the retention reads."""
+    """The retention reads (records, proofs) in one read snapshot on the primary (never a
+    standby: the tree the proofs lead into was signed there)."""
     transactions.assert_open()
     with transactions.engine.connect() as connection, read_snapshot(connection):
         transaction = JournalTransaction.on_connection(
