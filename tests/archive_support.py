@@ -6,13 +6,24 @@ file can be damaged."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import create_engine, text
 
 from cadence_store import RunStore
 from cadence_store.journal.note_keys import SignerKey, generate_signer_key
 from cadence_store.storage.feed_notifier import flush_notifiers
+from cadence_store.storage.retention_statements import (
+    DELETE_BINDINGS,
+    DELETE_EVENTS,
+    DELETE_OPERATIONS,
+    DELETE_RUN,
+    KEEP_LEAVES,
+    KEEP_OPERATIONS,
+    KEEP_RUN,
+)
 from cadence_store.transfer import read_record
 from cadence_store.transfer.archive_file import (
     ArchivedLeaf,
@@ -37,6 +48,8 @@ class ArchivedStore:
     note: str
     archived: list[str]
     active: list[str]
+    # (run id, sequence) -> feed position of every event before the archive deleted any
+    positions: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
     @property
     def vkey(self) -> str:
@@ -121,3 +134,53 @@ def swap_first_proofs(line: str) -> str:
     first, second = value["leaves"][0], value["leaves"][1]
     first["hashes"], second["hashes"] = second["hashes"], first["hashes"]
     return json.dumps(value, separators=(",", ":")) + "\n"
+
+
+def delete_as_archived(url: str, run_ids: list[str]) -> None:
+    """Delete the runs from the store as an archive does once its file is durable: each
+    run's leaves and ids kept (`kept_leaves`, `archived_runs`, `archived_operations`),
+    its rows deleted, one transaction per run (the retention statements themselves)."""
+    statements = (
+        KEEP_LEAVES,
+        KEEP_RUN,
+        KEEP_OPERATIONS,
+        DELETE_BINDINGS,
+        DELETE_OPERATIONS,
+        DELETE_EVENTS,
+        DELETE_RUN,
+    )
+    engine = create_engine(url)
+    try:
+        for run_id in run_ids:
+            with engine.begin() as connection:
+                for statement in statements:
+                    connection.execute(
+                        statement.build(engine.dialect.name),
+                        {"run_id": run_id, "archived_at": CREATED_AT_MS, "last_event_at": 1},
+                    )
+    finally:
+        engine.dispose()
+
+
+def feed_positions(url: str) -> dict[tuple[str, int], int | None]:
+    """(run id, sequence) -> feed position of every event in the store."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT run_id, sequence, feed_position FROM events"))
+            return {(row[0], row[1]): row[2] for row in rows}
+    finally:
+        engine.dispose()
+
+
+def retention_rows(url: str) -> dict[str, int]:
+    """How many rows each retention table holds."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {
+                table: connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+                for table in ("kept_leaves", "archived_runs", "archived_operations")
+            }
+    finally:
+        engine.dispose()

@@ -9,6 +9,18 @@ import json
 from pathlib import Path
 
 import pytest
+from archive_support import (
+    CREATED_AT_MS,
+    FINISHED_BEFORE_MS,
+    ORIGIN,
+    ArchivedStore,
+    archive_lines,
+    archived_store,
+    change_payload_byte,
+    seed_runs,
+    swap_first_proofs,
+)
+from tamper_support import rewrite_history
 
 from cadence_store import RunStore
 from cadence_store.errors import ArchiveInvalidError
@@ -24,18 +36,6 @@ from cadence_store.transfer.archive_file import (
     run_line,
     verify_archive,
 )
-from tests.archive_support import (
-    CREATED_AT_MS,
-    FINISHED_BEFORE_MS,
-    ORIGIN,
-    ArchivedStore,
-    archive_lines,
-    archived_store,
-    change_payload_byte,
-    seed_runs,
-    swap_first_proofs,
-)
-from tests.tamper_support import rewrite_history
 
 
 @pytest.fixture
