@@ -13,6 +13,7 @@ from .errors import (
     LeaseFencedError,
     MigrationError,
     OperationConflictError,
+    RunArchivedError,
     RunNotFoundError,
     SchemaOutOfDateError,
     StateRootError,
@@ -32,6 +33,7 @@ from .journal import (
     RunProjection,
     Transition,
 )
+from .journal.archives import ArchiveReport
 from .journal.feed import FeedItem
 from .journal.note_keys import SignerKey, VerifierKey, generate_signer_key
 from .journal.tree_views import (
@@ -84,6 +86,7 @@ __all__ = [
     "BindingRecord",
     "CadenceStoreError",
     "CheckpointError",
+    "ArchiveReport",
     "CheckpointReport",
     "ConsistencyProof",
     "DeliveryBinding",
@@ -101,6 +104,7 @@ __all__ = [
     "OperationStatus",
     "RunDetail",
     "RunEvent",
+    "RunArchivedError",
     "RunNotFoundError",
     "RunProjection",
     "RunRepository",

@@ -47,6 +47,22 @@ class RunNotFoundError(CadenceStoreError):
     default_code = "run-not-found"
 
 
+class RunArchivedError(RunNotFoundError):
+    """The run was archived (`RunStore.archive`): its rows are gone from the store and its
+    archive file holds it (`run-archived`, naming the run). Raised by every call naming
+    it and by every replay of one of its operation ids; never retryable. A subclass of
+    `RunNotFoundError`, so that code written before retention still takes it for a
+    missing run."""
+
+    default_code = "run-archived"
+
+    def __init__(
+        self, code: str | None = None, detail: str | None = None, *, run_id: str | None = None
+    ) -> None:
+        super().__init__(code, detail)
+        self.run_id = run_id
+
+
 class OperationConflictError(CadenceStoreError):
     """The request contradicts what is already recorded (operation ids, keys, revisions)."""
 
@@ -277,6 +293,7 @@ __all__ = [
     "LeaseFencedError",
     "MigrationError",
     "OperationConflictError",
+    "RunArchivedError",
     "RunNotFoundError",
     "SchemaOutOfDateError",
     "StateRootError",

@@ -178,7 +178,7 @@ ASYNC_STORE_PROXIES = (
     "read_feed",
 )
 # `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
-TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof")
+TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof", "archive")
 
 
 def async_store_methods() -> list[Method]:
@@ -230,7 +230,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from os import PathLike
+
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from ..journal.archives import ArchiveProgressCallback, ArchiveReport
 from ..journal.feed import FeedItem
 from ..journal.note_keys import SignerKey, VerifierKey
 from ..journal.tree_views import (
@@ -239,6 +242,7 @@ from ..journal.tree_views import (
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..repository.run_repository import DELIVERY_BOUND, RunRepository
+from ..store.retention import DEFAULT_ARCHIVE_BATCH
 from ..telemetry import traced
 """
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
+from os import PathLike
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from ..journal.archives import ArchiveProgressCallback, ArchiveReport
 from ..journal.feed import FeedItem
 from ..journal.note_keys import SignerKey, VerifierKey
 from ..journal.tree_views import (
@@ -23,6 +25,7 @@ from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..store import host_calls
 from ..store.host_calls import HostCall, HostWrite
+from ..store.retention import DEFAULT_ARCHIVE_BATCH
 from ..store.run_store import RunStore
 from ..telemetry import traced
 
@@ -332,6 +335,39 @@ class AsyncRunStoreCalls(ABC):
         """The proof that the tree of `new_size` leaves extends that of `old_size` (both
         at most the newest recorded checkpoint's size, else `invalid-tree-size`)."""
         return await self._on_store(RunStore.consistency_proof, old_size, new_size)
+
+    @traced
+    async def archive(
+        self,
+        *,
+        finished_before_ms: int,
+        to: str | PathLike[str],
+        key: SignerKey | str,
+        batch: int = DEFAULT_ARCHIVE_BATCH,
+        progress: ArchiveProgressCallback | None = None,
+    ) -> ArchiveReport:
+        """Archive the finished runs (`completed`, `discarded`, `rejected`) whose last event
+        was recorded before `finished_before_ms` (its `recorded_at`; for an event cadence
+        1.x wrote, whose `recorded_at` is NULL, the run row's `updated_at`; a run with
+        neither is never archived): sign a checkpoint with `key` (a `SignerKey` or its
+        text), write each run (its export record and its leaves' inclusion proofs against
+        that checkpoint) to the archive file `to`, made durable (fsync, rename, fsync of
+        the directory), and only then delete them in transactions of at most `batch`
+        runs, each run whole in one, its leaves kept in the tree and its ids answering
+        `run-archived`. A run that changed after the file was written is left whole.
+
+        When `to` exists (an archive interrupted after its file was durable), the file
+        is verified (`archive-invalid` when it does not) and its runs still in the store
+        are deleted; nothing else is archived. `progress` hears of each run written
+        (phase "archive") and each transaction (phase "delete")."""
+        return await self._on_store(
+            RunStore.archive,
+            finished_before_ms=finished_before_ms,
+            to=to,
+            key=key,
+            batch=batch,
+            progress=progress,
+        )
 
     @traced
     async def bind_delivery_atomically(

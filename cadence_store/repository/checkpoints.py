@@ -34,6 +34,7 @@ from ..storage.tree_statements import (
     TILE_PAGE,
     TREE_SIZE,
 )
+from .archived import missing_run
 from .core import JournalAccess
 from .tree_tiles import StoredNodeCheck, StoredTree, extend, leaf_hash_of, leaves
 
@@ -131,7 +132,12 @@ class TreeCheckpoints:
         sql = self._access.read_statements()
         run = sql.one(NEWEST_SEQUENCE, run_id=run_id)
         if run is None:
-            raise RunNotFoundError("run-not-found", f"no run {run_id!r}")
+            error = missing_run(sql, run_id)
+            raise (
+                error
+                if error.code != "run-not-found"
+                else RunNotFoundError("run-not-found", f"no run {run_id!r}")
+            )
         if sequence is None:
             sequence = int(run.sequence)
         if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1:

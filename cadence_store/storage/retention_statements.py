@@ -22,7 +22,13 @@ from .models import (
     operations,
     runs,
 )
-from .rows import ArchivableRunRow, ArchivedCountRow, ArchivedRunIdRow
+from .rows import (
+    ArchivableRunRow,
+    ArchivedCountRow,
+    ArchivedRunIdRow,
+    EventPositionRow,
+    RunScopeRow,
+)
 from .statements import Query, Write
 
 # the terminal states written into the statement (a fixed vocabulary, no quotes)
@@ -54,6 +60,22 @@ ARCHIVABLE_PAGE: Final = Query(
         .limit(bindparam("limit"))
     ),
     ArchivableRunRow,
+)
+# a run's events' feed positions, in sequence order (its leaves' places in the tree)
+EVENT_POSITIONS: Final = Query(
+    "event_positions",
+    lambda _: (
+        select(events.c.sequence, events.c.feed_position)
+        .where(events.c.run_id == bindparam("run_id"))
+        .order_by(events.c.sequence)
+    ),
+    EventPositionRow,
+)
+# what a run's lookup-key advisory lock is taken on
+RUN_SCOPE: Final = Query(
+    "run_scope",
+    lambda _: select(runs.c.run_id, runs.c.root_hash, runs.c.stage, runs.c.lookup_key).where(_RUN),
+    RunScopeRow,
 )
 # the run's head as an archive wrote it, locked: the run is deleted only if it is still
 # the finished run the archive holds (no event appended since)

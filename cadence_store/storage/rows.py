@@ -272,3 +272,15 @@ class ArchivedRunIdRow(NamedTuple):
 
 class ArchivedCountRow(NamedTuple):
     archived: int
+
+
+class EventPositionRow(NamedTuple):
+    sequence: int
+    position: int | None
+
+
+class RunScopeRow(NamedTuple):
+    run_id: str
+    root_hash: str
+    stage: str
+    lookup_key: str

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO, cast
 
-from sqlalchemy import Connection, Engine, Table, func, select, tuple_
+from sqlalchemy import Connection, Engine, func, select, tuple_
 from sqlalchemy.engine import URL
 
 from ..errors import (
@@ -29,13 +29,13 @@ from ..errors import (
 from ..storage.dialects import profile_of
 from ..storage.engine import create_store_engine, read_snapshot
 from ..storage.failures import READ, WRITE, database_errors
-from ..storage.models import delivery_bindings, events, operations, runs
+from ..storage.models import runs
+from ..storage.run_records import read_run_record, row_of, run_record
 from ..storage.schema import assert_at_head, schema_options, store_schema
 from ..store.unit_of_work import UnitOfWork
 from .offline import check_record
 from .record import (
     CHILD_KEYS,
-    CHILD_ORDER,
     DEFAULT_BATCH_SIZE,
     RUN_COLUMNS,
     RUN_ID_CONFLICT,
@@ -43,7 +43,6 @@ from .record import (
     TABLES,
     Record,
     Row,
-    column_names,
     describe_difference,
     dump_record,
 )
@@ -87,33 +86,13 @@ ProgressCallback = Callable[[TransferProgress], None]
 # -- reading records ----------------------------------------------------------------------
 
 
-def _row(mapping: Any, columns: Sequence[str]) -> Row:
-    return {name: mapping[name] for name in columns}
-
-
-def _children(connection: Connection, table: Table, run_id: str, key: str) -> list[Row]:
-    columns = column_names(table)
-    order = [table.c[name] for name in CHILD_ORDER[key]]
-    result = connection.execute(select(table).where(table.c.run_id == run_id).order_by(*order))
-    return [_row(row._mapping, columns) for row in result]
-
-
 def _record_for(connection: Connection, run_row: Row) -> Record:
-    run_id = run_row["run_id"]
-    return Record(
-        run=run_row,
-        events=_children(connection, events, run_id, "events"),
-        operations=_children(connection, operations, run_id, "operations"),
-        deliveryBindings=_children(connection, delivery_bindings, run_id, "deliveryBindings"),
-    )
+    return cast(Record, run_record(connection, run_row))
 
 
 def read_record(connection: Connection, run_id: str) -> Record | None:
     """One run and its rows as an export record (None when the run is absent)."""
-    row = connection.execute(select(runs).where(runs.c.run_id == run_id)).first()
-    if row is None:
-        return None
-    return _record_for(connection, _row(row._mapping, RUN_COLUMNS))
+    return cast("Record | None", read_run_record(connection, run_id))
 
 
 def _run_rows(connection: Connection, batch_size: int) -> Iterator[list[Row]]:
@@ -123,7 +102,7 @@ def _run_rows(connection: Connection, batch_size: int) -> Iterator[list[Row]]:
         statement = select(runs).order_by(runs.c.run_id).limit(batch_size)
         if last is not None:
             statement = statement.where(runs.c.run_id > last)
-        batch = [_row(row._mapping, RUN_COLUMNS) for row in connection.execute(statement)]
+        batch = [row_of(row._mapping, RUN_COLUMNS) for row in connection.execute(statement)]
         if not batch:
             return
         yield batch

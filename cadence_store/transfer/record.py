@@ -30,8 +30,8 @@ from ..journal.receipts import JOURNAL_RECEIPT_KINDS, claimed_sequence
 from ..journal.validation import is_storable
 from ..journal.vocabulary import KIND_LEASE
 from ..storage.models import delivery_bindings, events, operations, runs
+from ..storage.run_records import CHILD_ORDER, RUN_COLUMNS, Row, column_names
 
-Row = dict[str, Any]
 ChildKey = Literal["events", "operations", "deliveryBindings"]
 
 
@@ -75,11 +75,6 @@ TABLES: Final[dict[str, Table]] = {
     "operations": operations,
     "deliveryBindings": delivery_bindings,
 }
-CHILD_ORDER: Final[dict[str, tuple[str, ...]]] = {
-    "events": ("sequence",),
-    "operations": ("operation_id",),
-    "deliveryBindings": ("gate", "revision"),
-}
 
 
 def row_order(key: str) -> Callable[[Row], tuple[Any, ...]]:
@@ -89,18 +84,6 @@ def row_order(key: str) -> Callable[[Row], tuple[Any, ...]]:
         return tuple(row[name] for name in names)
 
     return sort_key
-
-
-# a store's own columns, never exported: an event's place in this store's feed (the
-# store it is imported or copied into gives it a place in its own)
-STORE_LOCAL_COLUMNS: Final = frozenset({"feed_position"})
-
-
-def column_names(table: Table) -> tuple[str, ...]:
-    return tuple(column.name for column in table.c if column.name not in STORE_LOCAL_COLUMNS)
-
-
-RUN_COLUMNS: Final = column_names(runs)
 
 
 # -- results ------------------------------------------------------------------------------

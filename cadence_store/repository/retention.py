@@ -1,0 +1,157 @@
+"""Retention on a transaction: the finished runs an archive takes, their leaves' inclusion
+proofs, and the deletion of archived runs, each run whole in one transaction with its
+leaves and ids kept (`storage/retention_statements.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..journal import merkle
+from ..journal.tiles import TileKey
+from ..storage.retention_statements import (
+    ARCHIVABLE_PAGE,
+    ARCHIVED_COUNT,
+    ARCHIVED_HEAD_FOR_UPDATE,
+    ARCHIVED_RUN,
+    DELETE_BINDINGS,
+    DELETE_EVENTS,
+    DELETE_OPERATIONS,
+    DELETE_RUN,
+    EVENT_POSITIONS,
+    KEEP_LEAVES,
+    KEEP_OPERATIONS,
+    KEEP_RUN,
+    RUN_SCOPE,
+)
+from ..storage.rows import ArchivableRunRow
+from ..storage.statements import Statements
+from .core import JournalAccess
+from .tree_tiles import StoredTree
+
+_CACHED_TILES = 4096  # tiles a proof reader keeps (neighbouring leaves share most)
+
+
+class CachedTree(StoredTree):
+    """`StoredTree` keeping the tiles it read (a bounded number): the proofs of a run's
+    leaves, and of runs numbered together, read each tile once."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self, sql: Statements) -> None:
+        super().__init__(sql)
+        self._kept: dict[TileKey, bytes | None] = {}
+
+    def tiles(self, keys: Sequence[TileKey]) -> dict[TileKey, bytes]:
+        wanted = [key for key in set(keys) if key not in self._kept]
+        if wanted:
+            if len(self._kept) + len(wanted) > _CACHED_TILES:
+                self._kept.clear()
+            found = super().tiles(wanted)
+            for key in wanted:
+                self._kept[key] = found.get(key)
+        return {key: hashes for key in keys if (hashes := self._kept.get(key)) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class LeafProof:
+    """One event's leaf place and inclusion proof."""
+
+    sequence: int
+    leaf_index: int
+    hashes: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class Deletion:
+    """What one deleting transaction did."""
+
+    runs: int = 0
+    events: int = 0
+    gone: int = 0  # deleted already (an earlier archive)
+    kept: int = 0  # changed since the archive was written: left whole
+
+
+class RunArchives:
+    """The retention calls, in `access`'s transaction."""
+
+    __slots__ = ("_access", "_tree")
+
+    def __init__(self, access: JournalAccess) -> None:
+        self._access = access
+        self._tree: CachedTree | None = None
+
+    def archivable(self, before: int, after: str, limit: int) -> list[ArchivableRunRow]:
+        """Finished runs whose last event was recorded before `before`, after run id
+        `after`, in run id order (a page of `limit`)."""
+        sql = self._access.read_statements()
+        return sql.all(ARCHIVABLE_PAGE, before=before, after=after, limit=limit)
+
+    def archived_count(self) -> int:
+        row = self._access.read_statements().one(ARCHIVED_COUNT)
+        return 0 if row is None else int(row.archived)
+
+    def leaf_proofs(self, run_id: str, tree_size: int) -> list[LeafProof] | None:
+        """Each event's inclusion proof in the tree of `tree_size` leaves, in sequence
+        order; None when one of them is not in that tree (numbered after it)."""
+        sql = self._access.read_statements()
+        if self._tree is None:
+            self._tree = CachedTree(sql)
+        proofs = []
+        for row in sql.all(EVENT_POSITIONS, run_id=run_id):
+            if row.position is None or row.position > tree_size:
+                return None
+            index = int(row.position) - 1
+            hashes = merkle.inclusion_proof(self._tree, index, tree_size)
+            proofs.append(LeafProof(int(row.sequence), index, tuple(hashes)))
+        return proofs
+
+    def delete(self, heads: Sequence[ArchivableRunRow], archived_at: int) -> Deletion:
+        """Delete each run, still the one an archive file holds (`heads`: as written),
+        keeping its leaves and ids; one run's rows all go in this transaction. A run
+        deleted already is counted `gone`; one whose head moved is left whole, `kept`."""
+        access = self._access
+        sql = access.write_statements()
+        done = Deletion()
+        scopes = [sql.one(RUN_SCOPE, run_id=head.run_id) for head in heads]
+        # the lock order's first step (core.py): the runs' lookup keys, as a start takes them
+        access.advisory_locks(
+            sql,
+            [
+                f"{scope.root_hash}\x00{scope.stage}\x00{scope.lookup_key}"
+                for scope in scopes
+                if scope is not None
+            ],
+        )
+        for head in heads:
+            values = {"run_id": head.run_id}
+            locked = sql.one(
+                ARCHIVED_HEAD_FOR_UPDATE,
+                run_id=head.run_id,
+                sequence=head.sequence,
+                event_hash=head.event_hash,
+            )
+            if locked is None:
+                if sql.one(ARCHIVED_RUN, run_id=head.run_id) is not None:
+                    done.gone += 1
+                else:
+                    done.kept += 1
+                continue
+            sql.write(KEEP_LEAVES, **values)
+            sql.write(KEEP_RUN, archived_at=archived_at, last_event_at=head.last_event_at, **values)
+            sql.write(KEEP_OPERATIONS, **values)
+            sql.write(DELETE_BINDINGS, **values)
+            sql.write(DELETE_OPERATIONS, **values)
+            done.events += sql.write(DELETE_EVENTS, **values)
+            sql.write(DELETE_RUN, **values)
+            access.forget_head(head.run_id)
+            done.runs += 1
+        return done
+
+
+__all__ = [
+    "CachedTree",
+    "Deletion",
+    "LeafProof",
+    "RunArchives",
+]

@@ -1,0 +1,214 @@
+"""Retention, on both engines: `RunStore.archive` writes finished runs older than a bound
+to a durable archive file, then deletes them keeping their leaves; an archived run (and
+each of its operation ids) answers `run-archived` through every entry point (``store``
+runs once per entry point: tests/integration/conftest.py); the tree and its checkpoints
+still verify after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from support import FakeClock
+
+from cadence_store import (
+    CheckpointError,
+    RunArchivedError,
+    RunNotFoundError,
+    RunStore,
+    generate_signer_key,
+)
+from cadence_store.journal import merkle
+from cadence_store.journal.notes import verify_checkpoint
+from cadence_store.storage.feed_notifier import flush_notifiers
+
+KEY = generate_signer_key("example.com/retention")
+VKEY = KEY.verifier()
+DAY = 86_400_000
+
+
+def finished(store: Any, prefix: str, count: int, to: str = "discarded") -> list[str]:
+    """`count` runs moved to the terminal state `to` (two events each)."""
+    ids = []
+    for i in range(count):
+        run = store.start_run(
+            "abel-implement", change=f"{prefix}-{i}", operation_id=f"{prefix}-s{i}"
+        )
+        store.transition(run.run_id, to, operation_id=f"{prefix}-t{i}")
+        ids.append(run.run_id)
+    return ids
+
+
+def counts(db: Engine) -> dict[str, int]:
+    with db.connect() as connection:
+        return {
+            table: int(connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+            for table in (
+                "runs",
+                "events",
+                "operations",
+                "kept_leaves",
+                "archived_runs",
+                "archived_operations",
+            )
+        }
+
+
+def archive_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.run_store_only
+def test_archive_writes_old_finished_runs_and_deletes_them(
+    store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
+) -> None:
+    old = finished(store, "old", 3)
+    clock.advance(DAY)
+    bound = clock()
+    recent = finished(store, "new", 2)
+    active = store.start_run("abel-implement", change="active", operation_id="act").run_id
+    path = tmp_path / "runs.archive"
+    report = store.archive(finished_before_ms=bound, to=path, key=KEY)
+    assert (report.runs_written, report.events_written) == (3, 6)
+    assert (report.runs_archived, report.events_archived, report.kept) == (3, 6, 0)
+    assert report.path == str(path) and not report.resumed
+    assert not (tmp_path / "runs.archive.partial").exists()
+    lines = archive_lines(path)
+    assert lines[0]["archive"] == "cadence-store-archive/1"
+    assert lines[0]["checkpoint"] == report.checkpoint.note
+    assert lines[0]["treeSize"] == report.checkpoint.size == 11
+    assert lines[0]["finishedBeforeMs"] == bound
+    assert lines[-1] == {"end": {"runs": 3, "events": 6}}
+    assert sorted(line["run"]["run_id"] for line in lines[1:-1]) == sorted(old)
+    # each leaf's proof leads to the checkpoint's root
+    checkpoint = verify_checkpoint(report.checkpoint.note, VKEY)
+    for line in lines[1:-1]:
+        run_id = line["run"]["run_id"]
+        for event, leaf in zip(line["events"], line["leaves"], strict=True):
+            leaf_hash = merkle.feed_leaf_hash(run_id, event["sequence"], event["event_hash"])
+            hashes = [bytes.fromhex(h) for h in leaf["hashes"]]
+            merkle.verify_inclusion(
+                leaf_hash, leaf["leafIndex"], checkpoint.size, hashes, checkpoint.root_hash
+            )
+    assert counts(db) == {
+        "runs": 3,
+        "events": 5,
+        "operations": 5,
+        "kept_leaves": 6,
+        "archived_runs": 3,
+        "archived_operations": 6,
+    }
+    for run_id in [*recent, active]:
+        store.status(run_id)  # untouched
+    assert store.counts().archived == 3
+    assert {run.run_id for run in store.list_runs()} == {*recent, active}
+
+
+@pytest.mark.run_store_only
+def test_the_tree_and_its_checkpoints_verify_after_an_archive(
+    store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
+) -> None:
+    finished(store, "a", 2)
+    before = store.checkpoint(KEY)
+    finished(store, "b", 2)  # the newest positions are archived too
+    clock.advance(DAY)
+    report = store.archive(finished_before_ms=clock(), to=tmp_path / "a.archive", key=KEY)
+    assert store.counts().runs == 0 and report.runs_archived == 4
+    same = store.checkpoint(KEY)  # every leaf kept: the same tree
+    assert (same.size, same.root_hash) == (8, report.checkpoint.root_hash)
+    run = store.start_run("abel-implement", change="later", operation_id="later")
+    after = store.checkpoint(KEY)
+    assert after.size == 9  # a new position, never one an archived event held
+    flush_notifiers()
+    with db.connect() as connection:
+        position = connection.execute(
+            text("SELECT feed_position FROM events WHERE run_id = :r"), {"r": run.run_id}
+        ).scalar_one()
+    assert position == 9
+    for checkpoint in (before, report.checkpoint, same, after):
+        verified = store.verify_checkpoint(checkpoint.note, VKEY)
+        assert verified.tree_size == 9 and verified.runs_verified == 1
+    proof = store.inclusion_proof(run.run_id)
+    root = bytes.fromhex(after.root_hash)
+    merkle.verify_inclusion(proof.leaf_hash, proof.leaf_index, 9, list(proof.hashes), root)
+    consistency = store.consistency_proof(before.size, after.size)
+    merkle.verify_consistency(
+        before.size, 9, bytes.fromhex(before.root_hash), root, list(consistency.hashes)
+    )
+
+
+@pytest.mark.run_store_only
+def test_a_kept_leaf_altered_is_found_by_verification(
+    store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
+) -> None:
+    finished(store, "a", 2)
+    clock.advance(DAY)
+    report = store.archive(finished_before_ms=clock(), to=tmp_path / "a.archive", key=KEY)
+    with db.begin() as connection:
+        connection.execute(
+            text("UPDATE kept_leaves SET event_hash = :h WHERE feed_position = 2"), {"h": "0" * 64}
+        )
+    with pytest.raises(CheckpointError) as raised:
+        store.verify_checkpoint(report.checkpoint.note, VKEY)
+    assert raised.value.code == "checkpoint-mismatch"
+
+
+def test_an_archived_run_answers_run_archived_naming_it(
+    store: Any, run_store: RunStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    run_id = finished(run_store, "gone", 1, to="discarded")[0]
+    design = run_store.start_run(
+        "abel-design", provisional_key="ab" * 32, operation_id="design-start"
+    ).run_id
+    run_store.transition(design, "discarded", operation_id="design-end")
+    lease = run_store.acquire_lease(run_id, "lease-op", ttl_ms=10 * DAY)
+    clock.advance(DAY)
+    kept = finished(run_store, "kept", 1)[0]
+    run_store.archive(finished_before_ms=clock(), to=tmp_path / "x.archive", key=KEY)
+    calls = {
+        "status": lambda: store.status(run_id),
+        "list_events": lambda: store.list_events(run_id),
+        "run_detail": lambda: store.run_detail(run_id),
+        "verify_integrity": lambda: store.verify_integrity(run_id),
+        "transition": lambda: store.transition(run_id, "paused", operation_id="new-t"),
+        "transition replayed": lambda: store.transition(
+            run_id, "discarded", operation_id="gone-t0"
+        ),
+        "acquire_lease": lambda: store.acquire_lease(run_id, "lease-1", ttl_ms=1000),
+        "inspect_operation": lambda: store.inspect_operation(run_id, "gone-t0"),
+        "bind_delivery": lambda: store.bind_delivery(
+            run_id, "gate-a", 1, "a" * 64, operation_id="bind-1"
+        ),
+        "renew_lease": lambda: store.renew_lease(lease, 1000),
+        "assert_lease": lambda: store.assert_lease(lease),
+        "commit_lease": lambda: store.commit_lease(lease, {"done": True}),
+        "interrupt_lease": lambda: store.interrupt_lease(lease),
+        "bind_change": lambda: store.bind_change(design, "late", operation_id="bind-c"),
+        "start_run replayed": lambda: store.start_run(
+            "abel-implement", change="gone-0", operation_id="gone-s0"
+        ),
+        "start_run under its key": lambda: store.start_run(
+            "abel-implement", change="gone-0", operation_id="another-start"
+        ),
+        "design start replayed": lambda: store.start_run(
+            "abel-design", provisional_key="ab" * 32, operation_id="design-start"
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RunArchivedError) as raised:
+            call()
+        assert raised.value.code == "run-archived", name
+        assert not raised.value.retryable
+        assert raised.value.run_id in (run_id, design), name
+        assert raised.value.run_id in str(raised.value), name
+        assert isinstance(raised.value, RunNotFoundError)  # code written before still copes
+    # a finished design run gives its key up: a new one may take it, archived or not
+    again = store.start_run("abel-design", provisional_key="ab" * 32, operation_id="design-2")
+    assert again.run_id != design
+    with pytest.raises(RunNotFoundError) as missing:
+        store.status("r-" + "0" * 26)
+    assert missing.value.code == "run-not-found"
+    store.status(kept)  # a run still in the store answers as before
