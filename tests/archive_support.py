@@ -15,15 +15,7 @@ from sqlalchemy import create_engine, text
 from cadence_store import RunStore
 from cadence_store.journal.note_keys import SignerKey, generate_signer_key
 from cadence_store.storage.feed_notifier import flush_notifiers
-from cadence_store.storage.retention_statements import (
-    DELETE_BINDINGS,
-    DELETE_EVENTS,
-    DELETE_OPERATIONS,
-    DELETE_RUN,
-    KEEP_LEAVES,
-    KEEP_OPERATIONS,
-    KEEP_RUN,
-)
+from cadence_store.testing import FakeClock
 from cadence_store.transfer import read_record
 from cadence_store.transfer.archive_file import (
     ArchivedLeaf,
@@ -136,30 +128,22 @@ def swap_first_proofs(line: str) -> str:
     return json.dumps(value, separators=(",", ":")) + "\n"
 
 
-def delete_as_archived(url: str, run_ids: list[str]) -> None:
-    """Delete the runs from the store as an archive does once its file is durable: each
-    run's leaves and ids kept (`kept_leaves`, `archived_runs`, `archived_operations`),
-    its rows deleted, one transaction per run (the retention statements themselves)."""
-    statements = (
-        KEEP_LEAVES,
-        KEEP_RUN,
-        KEEP_OPERATIONS,
-        DELETE_BINDINGS,
-        DELETE_OPERATIONS,
-        DELETE_EVENTS,
-        DELETE_RUN,
+def archived_by_store(url: str, directory: Path) -> ArchivedStore:
+    """A store whose finished runs `RunStore.archive` archived (the file written, the runs
+    deleted, their leaves kept); `positions` holds every event's feed position before."""
+    signer = generate_signer_key(ORIGIN)
+    clock = FakeClock()
+    with RunStore(url, root_hash="cd" * 32, clock=clock) as store:
+        done, open_ = seed_runs(store, "arch", 3, 1)
+        positions = feed_positions(url)
+        clock.advance(1000)
+        report = store.archive(
+            finished_before_ms=clock(), to=directory / "runs.archive", key=signer
+        )
+    assert report.runs_archived == len(done)
+    return ArchivedStore(
+        url, signer, Path(report.path), report.checkpoint.note, done, open_, positions
     )
-    engine = create_engine(url)
-    try:
-        for run_id in run_ids:
-            with engine.begin() as connection:
-                for statement in statements:
-                    connection.execute(
-                        statement.build(engine.dialect.name),
-                        {"run_id": run_id, "archived_at": CREATED_AT_MS, "last_event_at": 1},
-                    )
-    finally:
-        engine.dispose()
 
 
 def feed_positions(url: str) -> dict[tuple[str, int], int | None]:

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from archive_support import (
     ArchivedStore,
-    archived_store,
+    archived_by_store,
     change_payload_byte,
-    delete_as_archived,
     feed_positions,
     retention_rows,
 )
@@ -25,35 +24,51 @@ from tamper_support import rewrite_history
 
 from cadence_store import RunStore, upgrade
 from cadence_store.cli import main
-from cadence_store.errors import ArchiveInvalidError, CheckpointError, JournalIntegrityError
+from cadence_store.errors import (
+    ArchiveInvalidError,
+    CheckpointError,
+    JournalIntegrityError,
+    RunArchivedError,
+)
 from cadence_store.transfer import import_store, read_record
+from cadence_store.transfer.archive_file import verify_archive
+
+NONE_ARCHIVED = {"kept_leaves": 0, "archived_runs": 0, "archived_operations": 0}
 
 
 @pytest.fixture
 def archived(store_url: str, tmp_path: Path) -> ArchivedStore:
     """A store whose finished runs were archived: the file written, the runs deleted."""
-    store = archived_store(store_url, tmp_path)
-    store.positions = feed_positions(store_url)
-    delete_as_archived(store_url, store.archived)
-    return store
+    return archived_by_store(store_url, tmp_path)
 
 
 def test_the_archive_restores_its_runs_at_their_positions(archived: ArchivedStore) -> None:
-    url = archived.url
+    """The file `RunStore.archive` wrote verifies with the note and key alone; importing
+    it brings the runs back where they were, answering again instead of `run-archived`,
+    their operation ids replaying, the tree and its checkpoint unchanged."""
+    url, first = archived.url, archived.archived[0]
     assert retention_rows(url) == {"kept_leaves": 9, "archived_runs": 3, "archived_operations": 9}
+    offline = verify_archive(archived.lines(), archived.note, archived.vkey)
+    assert offline.ok and (offline.runs, offline.events) == (3, 9), offline.failure
+    with RunStore(url) as store:
+        with pytest.raises(RunArchivedError):
+            store.status(first)
+        before = store.verify_checkpoint(archived.note, archived.vkey)
     with archived.archive.open(encoding="utf-8", newline="") as handle:
         report = import_store(url, handle)
     assert sorted(report.written) == sorted(archived.archived) and report.events_written == 9
     assert feed_positions(url) == archived.positions
-    assert retention_rows(url) == {"kept_leaves": 0, "archived_runs": 0, "archived_operations": 0}
-    with RunStore(url) as store:
-        report_after = store.verify_checkpoint(archived.note, archived.vkey)
-        assert report_after.runs_verified == 4 and report_after.events_verified == 11
+    assert retention_rows(url) == NONE_ARCHIVED
+    with RunStore(url, root_hash="cd" * 32) as store:
+        after = store.verify_checkpoint(archived.note, archived.vkey)
+        assert (after.size, after.root_hash) == (before.size, before.root_hash)
+        assert (after.runs_verified, after.events_verified) == (4, 11)
         for run_id in archived.archived:
             assert store.status(run_id).state == "completed"
             store.verify_integrity(run_id)
-        later = store.checkpoint(archived.signer)
-        assert later.size == report_after.size  # the tree did not move
+        replayed = store.start_run("abel-implement", change="arch-0", operation_id="arch-start-0")
+        assert replayed.run_id == first
+        assert store.checkpoint(archived.signer).size == after.size  # the tree did not move
     again = import_store(url, archived.lines())
     assert again.runs_written == 0 and sorted(again.skipped) == sorted(archived.archived)
 
@@ -141,4 +156,4 @@ def test_an_archive_imports_into_another_store_numbered_there(
             store.verify_integrity(run_id)
         signed = store.checkpoint(archived.signer)
     assert signed.size == 9  # its own feed: the three runs' events, numbered from 1
-    assert retention_rows(other) == {"kept_leaves": 0, "archived_runs": 0, "archived_operations": 0}
+    assert retention_rows(other) == NONE_ARCHIVED
