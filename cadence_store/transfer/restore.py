@@ -6,10 +6,12 @@ signature is `verify --archive`'s to check: an import is given no key). Then, in
 run's own transaction:
 
 - in the store that archived it, the run's leaves must be the leaves the store kept
-  (`kept_leaves`: same position, run, sequence and event hash, one per event). The
+  (`kept_leaves`: same position, run, sequence and event hash, one per event), and its
+  row what `archived_runs` kept of it (its keys, state, head, last event's time: columns
+  no hash covers, so an altered lookup key or time is refused too). The
   events go back to those positions, and the kept leaves and the run's `archived_runs`
   and `archived_operations` rows are removed, so the tree, and every checkpoint signed
-  over it, is exactly what it was. A run whose leaves differ is refused whole
+  over it, is exactly what it was. A run that differs is refused whole
   (`checkpoint-mismatch`).
 - in a store that never held it, it is imported as an export record would be: its events
   are numbered in that store's own feed.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, delete, select
 
@@ -87,15 +90,44 @@ def _kept_leaves(connection: Connection, run_ids: Sequence[str]) -> dict[str, li
     return found
 
 
-def _archived(connection: Connection, run_ids: Sequence[str]) -> set[str]:
-    query = select(archived_runs.c.run_id).where(archived_runs.c.run_id.in_(run_ids))
-    return set(connection.execute(query).scalars())
+# what `archived_runs` keeps of a run, as the run's record says it: (column, its value)
+_ARCHIVED_COLUMNS: Final = ("root_hash", "stage", "lookup_key", "state", "event_hash")
 
 
-def _leaf_difference(item: ArchivedRecord, kept: list[Leaf], archived: bool) -> str | None:
-    """How the archive's leaves of a run differ from those the store kept (None: alike)."""
+def _archived(connection: Connection, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The `archived_runs` row of each of the runs the store archived."""
+    query = select(archived_runs).where(archived_runs.c.run_id.in_(run_ids))
+    return {row.run_id: dict(row._mapping) for row in connection.execute(query)}
+
+
+def _kept_run_difference(record: Record, archived: dict[str, Any]) -> str | None:
+    """How the run's row in the archive differs from what the store kept of it when it
+    archived it (its keys, state, head and last event's time: no hash covers those)."""
+    run = record["run"]
+    recorded = record["events"][-1]["recorded_at"] if record["events"] else None
+    expected = {
+        **{name: run[name] for name in _ARCHIVED_COLUMNS},
+        "event_count": run["sequence"],
+        "last_event_at": run["updated_at"] if recorded is None else recorded,
+    }
+    for name, value in expected.items():
+        if archived[name] != value:
+            return f"runs.{name}: the store kept {archived[name]!r}, the archive holds {value!r}"
+    return None
+
+
+def _difference(
+    item: ArchivedRecord, kept: list[Leaf], archived: dict[str, Any] | None
+) -> str | None:
+    """How the archive's run differs from what the store kept of it: its leaves (each
+    position, sequence and event hash) and its `archived_runs` row (None: alike, or a
+    run this store never archived)."""
+    if archived is not None:
+        difference = _kept_run_difference(item.record, archived)
+        if difference is not None:
+            return difference
     if not kept:
-        return "the store archived the run but kept none of its leaves" if archived else None
+        return None if archived is None else "the store kept none of the run's leaves"
     events = item.record["events"]
     if len(kept) != len(events):
         return f"the store kept {len(kept)} leaves of the run, the archive holds {len(events)}"
@@ -121,15 +153,15 @@ def _mismatch(run_id: str, difference: str) -> CheckpointError:
 
 
 def check_kept_leaves(connection: Connection, items: Sequence[ArchivedRecord]) -> None:
-    """Refuse (`checkpoint-mismatch`) when a run's leaves in the archive differ from the
-    leaves the store kept of it."""
+    """Refuse (`checkpoint-mismatch`) when a run in the archive differs from what the
+    store kept of it: its leaves, or its `archived_runs` row."""
     if not items:
         return
     ids = [item.run_id for item in items]
     kept = _kept_leaves(connection, ids)
     archived = _archived(connection, ids)
     for item in items:
-        difference = _leaf_difference(item, kept.get(item.run_id, []), item.run_id in archived)
+        difference = _difference(item, kept.get(item.run_id, []), archived.get(item.run_id))
         if difference is not None:
             raise _mismatch(item.run_id, difference)
 
@@ -149,7 +181,7 @@ def restore_run(
             report.skipped.append(run_id)
             return
         kept = _kept_leaves(connection, [run_id]).get(run_id, [])
-        difference = _leaf_difference(item, kept, run_id in _archived(connection, [run_id]))
+        difference = _difference(item, kept, _archived(connection, [run_id]).get(run_id))
         if difference is not None:
             raise _mismatch(run_id, difference)
         positions = item.positions if kept else None

@@ -107,6 +107,35 @@ def test_a_run_whose_leaves_differ_from_the_kept_ones_is_refused(
         assert not set(archived.archived) & set(store.run_ids())
 
 
+@pytest.mark.parametrize("column", ["lookup_key", "updated_at", "archived-row"])
+def test_a_run_whose_row_differs_from_the_archived_one_is_refused(
+    archived: ArchivedStore, db: Engine, column: str
+) -> None:
+    """The columns no hash covers (a lookup key, a time) are checked against what the store
+    kept of the run when it archived it."""
+    lines = archived.lines()
+    value = json.loads(lines[2])
+    run_id = value["run"]["run_id"]
+    if column == "archived-row":
+        with db.begin() as connection:
+            connection.execute(
+                text("UPDATE archived_runs SET state = 'rejected' WHERE run_id = :run"),
+                {"run": run_id},
+            )
+    elif column == "lookup_key":
+        value["run"]["lookup_key"] = "change:arch-9"
+    else:
+        value["run"]["updated_at"] += 1
+        value["events"][-1]["recorded_at"] = None  # the run row's time stands for the event's
+    lines[2] = json.dumps(value, separators=(",", ":")) + "\n"
+    before = table_snapshot(db)
+    with pytest.raises(CheckpointError) as caught:
+        import_store(archived.url, lines)
+    assert caught.value.code == "checkpoint-mismatch" and caught.value.run_id == run_id
+    assert "runs." in str(caught.value)
+    assert table_snapshot(db) == before
+
+
 def test_an_altered_run_in_the_archive_is_refused(archived: ArchivedStore, tmp_path: Path) -> None:
     lines = archived.lines()
     changed = [*lines[:2], change_payload_byte(lines[2]), *lines[3:]]
