@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .tree_views import SignedCheckpoint
 
@@ -45,4 +48,30 @@ class ArchiveProgress:
 
 ArchiveProgressCallback = Callable[[ArchiveProgress], None]
 
-__all__ = ["ArchiveProgress", "ArchiveProgressCallback", "ArchiveReport"]
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """A digest of a run's export record (its rows as JSON values): an archive deletes a
+    run only while the store still holds exactly the rows its file holds."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenRun:
+    """A run as an archive file holds it: its head, when its last event was recorded,
+    and the digest of its record."""
+
+    run_id: str
+    sequence: int
+    event_hash: str
+    last_event_at: int | None
+    digest: str
+
+
+__all__ = [
+    "ArchiveProgress",
+    "ArchiveProgressCallback",
+    "ArchiveReport",
+    "WrittenRun",
+    "record_digest",
+]

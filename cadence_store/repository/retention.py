@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..journal import merkle
+from ..journal.archives import WrittenRun, record_digest
 from ..journal.tiles import TileKey
 from ..storage.retention_statements import (
     ARCHIVABLE_PAGE,
@@ -25,6 +27,7 @@ from ..storage.retention_statements import (
     RUN_SCOPE,
 )
 from ..storage.rows import ArchivableRunRow
+from ..storage.run_records import record_in
 from ..storage.statements import Statements
 from .core import JournalAccess
 from .tree_tiles import StoredTree
@@ -106,10 +109,15 @@ class RunArchives:
             proofs.append(LeafProof(int(row.sequence), index, tuple(hashes)))
         return proofs
 
-    def delete(self, heads: Sequence[ArchivableRunRow], archived_at: int) -> Deletion:
-        """Delete each run, still the one an archive file holds (`heads`: as written),
-        keeping its leaves and ids; one run's rows all go in this transaction. A run
-        deleted already is counted `gone`; one whose head moved is left whole, `kept`."""
+    def record(self, run_id: str) -> dict[str, Any] | None:
+        """The run's export record (`storage/run_records.py`), None when it is absent."""
+        return record_in(self._access.read_statements(), run_id)
+
+    def delete(self, heads: Sequence[WrittenRun], archived_at: int) -> Deletion:
+        """Delete each run, still exactly the one an archive file holds (`heads`: as
+        written, with its record's digest), keeping its leaves and ids; one run's rows
+        all go in this transaction. A run deleted already is counted `gone`; one that
+        changed since (an event, a lease, a receipt) is left whole, `kept`."""
         access = self._access
         sql = access.write_statements()
         done = Deletion()
@@ -136,6 +144,10 @@ class RunArchives:
                     done.gone += 1
                 else:
                     done.kept += 1
+                continue
+            record = record_in(sql, head.run_id)
+            if record is None or record_digest(record) != head.digest:
+                done.kept += 1
                 continue
             sql.write(KEEP_LEAVES, **values)
             sql.write(KEEP_RUN, archived_at=archived_at, last_event_at=head.last_event_at, **values)

@@ -27,6 +27,7 @@ from .rows import (
     ArchivedCountRow,
     ArchivedRunIdRow,
     EventPositionRow,
+    LeafRow,
     RunScopeRow,
 )
 from .statements import Query, Write
@@ -178,6 +179,22 @@ ARCHIVED_START: Final = Query(
         ),
     ).limit(1),
     ArchivedRunIdRow,
+)
+# the kept leaves after position `after`, in position order (a page of `limit`)
+KEPT_LEAF_PAGE: Final = Query(
+    "kept_leaf_page",
+    lambda _: (
+        select(
+            kept_leaves.c.feed_position,
+            kept_leaves.c.run_id,
+            kept_leaves.c.sequence,
+            kept_leaves.c.event_hash,
+        )
+        .where(kept_leaves.c.feed_position > bindparam("after"))
+        .order_by(kept_leaves.c.feed_position)
+        .limit(bindparam("limit"))
+    ),
+    LeafRow,
 )
 ARCHIVED_COUNT: Final = Query(
     "archived_count",

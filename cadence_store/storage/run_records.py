@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, Table, bindparam, select
 
 from .models import delivery_bindings, events, operations, runs
+from .statements import Query, Statements
 
 Row = dict[str, Any]
 
@@ -26,6 +27,8 @@ CHILD_TABLES: Final[dict[str, Table]] = {
     "operations": operations,
     "deliveryBindings": delivery_bindings,
 }
+
+RECORD_KEYS: Final = ("run", *CHILD_TABLES)
 
 
 def column_names(table: Table) -> tuple[str, ...]:
@@ -62,13 +65,54 @@ def read_run_record(connection: Connection, run_id: str) -> dict[str, Any] | Non
     return run_record(connection, row_of(row._mapping, RUN_COLUMNS))
 
 
+def _plain(*columns: Any) -> tuple[Any, ...]:
+    return columns
+
+
+def _rows_of_run(name: str, table: Table, order: Sequence[str]) -> Query[tuple[Any, ...]]:
+    columns = [table.c[column] for column in column_names(table)]
+    return Query(
+        name,
+        lambda _: (
+            select(*columns)
+            .where(table.c.run_id == bindparam("run_id"))
+            .order_by(*[table.c[column] for column in order])
+        ),
+        _plain,
+    )
+
+
+# the same rows as typed statements, for a journal transaction (`record_in`)
+_RUN_ROW: Final = _rows_of_run("record_run", runs, ())
+_CHILD_ROWS: Final = {
+    key: _rows_of_run(f"record_{key}", table, CHILD_ORDER[key])
+    for key, table in CHILD_TABLES.items()
+}
+
+
+def record_in(sql: Statements, run_id: str) -> dict[str, Any] | None:
+    """`read_run_record` in a journal transaction's statements (one query per table)."""
+    found = sql.raw_rows(_RUN_ROW, run_id=run_id)
+    if not found:
+        return None
+    record: dict[str, Any] = {"run": dict(zip(RUN_COLUMNS, found[0], strict=True))}
+    for key, query in _CHILD_ROWS.items():
+        names = column_names(CHILD_TABLES[key])
+        record[key] = [
+            dict(zip(names, row, strict=True)) for row in sql.raw_rows(query, run_id=run_id)
+        ]
+    return record
+
+
 __all__ = [
     "CHILD_ORDER",
+    "RECORD_KEYS",
     "RUN_COLUMNS",
     "STORE_LOCAL_COLUMNS",
     "Row",
     "column_names",
     "read_run_record",
+    "record_in",
     "row_of",
     "run_record",
 ]

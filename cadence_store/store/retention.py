@@ -18,20 +18,40 @@ still in the store, and archives nothing else.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from ..errors import InvalidInputError
-from ..journal.archive_format import ArchivedLeaf, header_line, run_line, trailer_line
-from ..journal.archives import ArchiveProgress, ArchiveProgressCallback, ArchiveReport
+from ..errors import ArchiveInvalidError, CadenceStoreError, InvalidInputError
+from ..journal import ChainVerifier
+from ..journal.archive_format import (
+    ARCHIVE_INVALID,
+    ArchivedLeaf,
+    ArchiveHeader,
+    header_line,
+    is_trailer,
+    parse_header,
+    parse_leaves,
+    parse_trailer,
+    run_line,
+    trailer_line,
+)
+from ..journal.archives import (
+    ArchiveProgress,
+    ArchiveProgressCallback,
+    ArchiveReport,
+    WrittenRun,
+    record_digest,
+)
+from ..journal.merkle import feed_leaf_hash, verify_inclusion
 from ..journal.note_keys import VerifierKey
+from ..journal.notes import Checkpoint, verify_checkpoint
 from ..journal.tree_views import SignedCheckpoint
 from ..journal.validation import is_safe_integer
 from ..repository.core import Clock, JournalAccess, system_clock
@@ -40,7 +60,7 @@ from ..repository.run_repository import RunRepository
 from ..repository.transaction import JournalTransaction
 from ..storage.engine import read_snapshot
 from ..storage.rows import ArchivableRunRow
-from ..storage.run_records import read_run_record
+from ..storage.run_records import RECORD_KEYS
 from . import checkpoints
 from .transactions import Transactions
 
@@ -108,7 +128,7 @@ def archive(
 
 
 @contextmanager
-def _snapshot(transactions: Transactions) -> Iterator[tuple[Connection, RunArchives]]:
+def _snapshot(transactions: Transactions) -> Iterator[RunArchives]:
     """One read snapshot on the primary (never a standby: the tree it proofs against was
     signed there): its connection (export records) and the retention reads."""
     transactions.assert_open()
@@ -117,7 +137,7 @@ def _snapshot(transactions: Transactions) -> Iterator[tuple[Connection, RunArchi
             connection, transactions.schema, Session, host_statements=False
         )
         try:
-            yield connection, RunArchives(JournalAccess(transaction, None))
+            yield RunArchives(JournalAccess(transaction, None))
         finally:
             transaction.close()
 
@@ -128,25 +148,25 @@ def _write_archive(
     signed: SignedCheckpoint,
     now: int,
     progress: ArchiveProgressCallback | None,
-) -> tuple[list[ArchivableRunRow], int]:
+) -> tuple[list[WrittenRun], int]:
     """The archive file, durable: the runs it holds (as written) and their events."""
     partial = request.path.with_name(request.path.name + PARTIAL_SUFFIX)
-    written: list[ArchivableRunRow] = []
+    written: list[WrittenRun] = []
     events = 0
-    with _snapshot(transactions) as (connection, archives):
+    with _snapshot(transactions) as archives:
         candidates = list(_archivable(archives, request.finished_before_ms))
         with partial.open("w", encoding="utf-8", newline="\n") as out:
             out.write(header_line(signed.note, signed.size, request.finished_before_ms, now))
             for head in candidates:
-                line = _run_line(connection, archives, head, signed.size)
-                if line is None:
+                found = _run_line(archives, head, signed.size)
+                if found is None:
                     continue  # an event of it is newer than the checkpoint: left whole
-                text, count = line
+                text, run = found
                 out.write(text)
-                written.append(head)
-                events += count
+                written.append(run)
+                events += run.sequence
                 if progress is not None:
-                    progress(ArchiveProgress("archive", len(written), len(candidates), head.run_id))
+                    progress(ArchiveProgress("archive", len(written), len(candidates), run.run_id))
             out.write(trailer_line(len(written), events))
             _durable(out)
     os.replace(partial, request.path)
@@ -162,14 +182,17 @@ def _archivable(archives: RunArchives, before: int) -> Iterator[ArchivableRunRow
 
 
 def _run_line(
-    connection: Connection, archives: RunArchives, head: ArchivableRunRow, tree_size: int
-) -> tuple[str, int] | None:
-    record = read_run_record(connection, head.run_id)
+    archives: RunArchives, head: ArchivableRunRow, tree_size: int
+) -> tuple[str, WrittenRun] | None:
+    record = archives.record(head.run_id)
     proofs = archives.leaf_proofs(head.run_id, tree_size)
     if record is None or proofs is None:
         return None
     leaves = [ArchivedLeaf(proof.sequence, proof.leaf_index, proof.hashes) for proof in proofs]
-    return run_line(record, leaves), len(leaves)
+    run = WrittenRun(
+        head.run_id, head.sequence, head.event_hash, head.last_event_at, record_digest(record)
+    )
+    return run_line(record, leaves), run
 
 
 def _durable(out: IO[str]) -> None:
@@ -198,20 +221,104 @@ def _resume(
     now: int,
     progress: ArchiveProgressCallback | None,
 ) -> ArchiveReport:
-    """Finish an archive whose file exists (pending the archive reader)."""
-    raise InvalidInputError("archive-file-exists", f"{request.path} exists already")
-
-
-def _head_of(record: Mapping[str, Any]) -> ArchivableRunRow:
-    run = record["run"]
-    last = record["events"][-1] if record["events"] else {}
-    recorded = last.get("recorded_at")
-    return ArchivableRunRow(
-        str(run["run_id"]),
-        int(run["sequence"]),
-        str(run["event_hash"]),
-        run.get("updated_at") if recorded is None else recorded,
+    """Finish an archive whose file exists: its checkpoint signed by this key, every
+    leaf's proof leading to its root, its trailer whole; then delete its runs still in
+    the store exactly as it holds them (their records' digests), and nothing else."""
+    with request.path.open("r", encoding="utf-8", newline="\n") as stream:
+        header, checkpoint, runs = _read_own_archive(stream, vkey)
+    deletion = _delete(transactions, request.batch, runs, now, progress)
+    signed = SignedCheckpoint(
+        note=header.note,
+        size=checkpoint.size,
+        root_hash=checkpoint.root_hash.hex(),
+        origin=checkpoint.origin,
     )
+    return ArchiveReport(
+        path=str(request.path),
+        checkpoint=signed,
+        runs_written=len(runs),
+        events_written=sum(run.sequence for run in runs),
+        runs_archived=deletion.runs,
+        events_archived=deletion.events,
+        resumed=True,
+        already_archived=deletion.gone,
+        kept=deletion.kept,
+    )
+
+
+def _decoded(text: str, number: int) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise ArchiveInvalidError(ARCHIVE_INVALID, f"line {number} is not JSON") from None
+
+
+def _read_own_archive(
+    stream: Iterable[str], vkey: VerifierKey
+) -> tuple[ArchiveHeader, Checkpoint, list[WrittenRun]]:
+    """An archive this store wrote with `vkey`'s key: its header, its signed checkpoint,
+    and each run as it holds it (its proofs checked against the checkpoint's root)."""
+    lines = iter(enumerate(stream, start=1))
+    first = next(lines, None)
+    if first is None:
+        raise ArchiveInvalidError(ARCHIVE_INVALID, "not an archive: the file is empty")
+    header = parse_header(_decoded(first[1], 1))
+    checkpoint = verify_checkpoint(header.note, vkey)
+    runs: list[WrittenRun] = []
+    for number, text in lines:
+        value = _decoded(text, number)
+        if is_trailer(value):
+            trailer = parse_trailer(value, number)
+            if (trailer.runs, trailer.events) != (len(runs), sum(r.sequence for r in runs)):
+                raise ArchiveInvalidError(ARCHIVE_INVALID, f"line {number}: other counts")
+            return header, checkpoint, runs
+        runs.append(_checked_run(value, number, checkpoint))
+    raise ArchiveInvalidError(ARCHIVE_INVALID, "no trailer: the archive is truncated")
+
+
+def _checked_run(value: Any, number: int, checkpoint: Checkpoint) -> WrittenRun:
+    if not isinstance(value, dict) or set(value) != {*RECORD_KEYS, "leaves"}:
+        raise ArchiveInvalidError(ARCHIVE_INVALID, f"line {number} is not a run line")
+    leaves_value = value.pop("leaves")
+    try:
+        run, events = value["run"], value["events"]
+        run_id = str(run["run_id"])
+        sequences = [event["sequence"] for event in events]
+        leaves = parse_leaves(leaves_value, run_id, sequences, number)
+        chain = ChainVerifier()  # the events are the ones their hashes name
+        for event, leaf in zip(events, leaves, strict=True):
+            chain.feed_json(
+                event["sequence"],
+                event["type"],
+                event["payload_json"],
+                event["event_hash"],
+                event["prior_hash"],
+            )
+            leaf_hash = feed_leaf_hash(run_id, leaf.sequence, event["event_hash"])
+            verify_inclusion(
+                leaf_hash, leaf.leaf_index, checkpoint.size, list(leaf.hashes), checkpoint.root_hash
+            )
+        head = WrittenRun(
+            run_id,
+            int(run["sequence"]),
+            str(run["event_hash"]),
+            _last_event_at(run, events),
+            record_digest(value),
+        )
+    except (KeyError, TypeError, ValueError, CadenceStoreError) as error:
+        if isinstance(error, ArchiveInvalidError):
+            raise
+        raise ArchiveInvalidError(
+            ARCHIVE_INVALID, f"line {number}: the run does not verify ({error})"
+        ) from None
+    if head.sequence != len(events):
+        raise ArchiveInvalidError(ARCHIVE_INVALID, f"line {number}: the run lacks events")
+    return head
+
+
+def _last_event_at(run: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> int | None:
+    recorded = events[-1].get("recorded_at") if events else None
+    return run.get("updated_at") if recorded is None else recorded
 
 
 # -- deleting ------------------------------------------------------------------------------
@@ -220,7 +327,7 @@ def _head_of(record: Mapping[str, Any]) -> ArchivableRunRow:
 def _delete(
     transactions: Transactions,
     batch: int,
-    heads: list[ArchivableRunRow],
+    heads: list[WrittenRun],
     now: int,
     progress: ArchiveProgressCallback | None,
 ) -> Deletion:
@@ -228,7 +335,7 @@ def _delete(
     for start in range(0, len(heads), batch):
         chunk = heads[start : start + batch]
 
-        def work(runs: RunRepository, chunk: list[ArchivableRunRow] = chunk) -> Deletion:
+        def work(runs: RunRepository, chunk: list[WrittenRun] = chunk) -> Deletion:
             return RunArchives(JournalAccess(runs.transaction, None)).delete(chunk, now)
 
         done = transactions.write(work)

@@ -6,21 +6,26 @@ still verify after."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from support import FakeClock
+from support import ROOT_HASH, FakeClock
 
 from cadence_store import (
+    ArchiveInvalidError,
+    AsyncRunStore,
     CheckpointError,
+    InvalidInputError,
     RunArchivedError,
     RunNotFoundError,
     RunStore,
     generate_signer_key,
 )
+from cadence_store.async_store import async_database_url
 from cadence_store.journal import merkle
 from cadence_store.journal.notes import verify_checkpoint
 from cadence_store.storage.feed_notifier import flush_notifiers
@@ -111,7 +116,7 @@ def test_archive_writes_old_finished_runs_and_deletes_them(
 def test_the_tree_and_its_checkpoints_verify_after_an_archive(
     store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
 ) -> None:
-    finished(store, "a", 2)
+    first = finished(store, "a", 2)
     before = store.checkpoint(KEY)
     finished(store, "b", 2)  # the newest positions are archived too
     clock.advance(DAY)
@@ -134,6 +139,8 @@ def test_the_tree_and_its_checkpoints_verify_after_an_archive(
     proof = store.inclusion_proof(run.run_id)
     root = bytes.fromhex(after.root_hash)
     merkle.verify_inclusion(proof.leaf_hash, proof.leaf_index, 9, list(proof.hashes), root)
+    with pytest.raises(RunArchivedError):
+        store.inclusion_proof(first[0])  # its proof is in the archive file
     consistency = store.consistency_proof(before.size, after.size)
     merkle.verify_consistency(
         before.size, 9, bytes.fromhex(before.root_hash), root, list(consistency.hashes)
@@ -212,3 +219,150 @@ def test_an_archived_run_answers_run_archived_naming_it(
         store.status("r-" + "0" * 26)
     assert missing.value.code == "run-not-found"
     store.status(kept)  # a run still in the store answers as before
+
+
+@pytest.mark.run_store_only
+def test_an_archive_interrupted_after_its_file_is_finished_by_running_it_again(
+    store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
+) -> None:
+    ids = finished(store, "a", 3)
+    clock.advance(DAY)
+    path = tmp_path / "a.archive"
+    first = store.archive(finished_before_ms=clock(), to=path, key=KEY, batch=1)
+    assert first.runs_archived == 3
+    # the same file again: every run is archived already, nothing else is touched
+    later = finished(store, "b", 1)
+    clock.advance(DAY)
+    again = store.archive(finished_before_ms=clock(), to=path, key=KEY)
+    assert again.resumed and (again.runs_archived, again.already_archived) == (0, 3)
+    assert again.checkpoint.note == first.checkpoint.note
+    store.status(later[0])  # not in the file: untouched
+    # an interrupted archive: the file is durable, the runs not yet deleted
+    with db.begin() as connection:
+        for table in ("archived_operations", "archived_runs", "kept_leaves"):
+            connection.execute(text(f"DELETE FROM {table}"))
+    restore_runs(db, path)
+    for run_id in ids:
+        store.status(run_id)
+    resumed = store.archive(finished_before_ms=0, to=path, key=KEY, batch=2)
+    assert resumed.resumed and (resumed.runs_archived, resumed.events_archived) == (3, 6)
+    for run_id in ids:
+        with pytest.raises(RunArchivedError):
+            store.status(run_id)
+    store.verify_checkpoint(first.checkpoint.note, VKEY)
+
+
+def restore_runs(db: Engine, path: Path) -> None:
+    """Put an archive's runs back as they were (the rows its deletion removed)."""
+    tables = {
+        "run": "runs",
+        "events": "events",
+        "operations": "operations",
+        "deliveryBindings": "delivery_bindings",
+    }
+    lines = archive_lines(path)[1:-1]
+    with db.begin() as connection:
+        for line in lines:
+            positions = {leaf["sequence"]: leaf["leafIndex"] + 1 for leaf in line["leaves"]}
+            for key, table in tables.items():
+                rows = [line[key]] if key == "run" else line[key]
+                for row in rows:
+                    if key == "events":
+                        row = {**row, "feed_position": positions[row["sequence"]]}
+                    names = ", ".join(row)
+                    values = ", ".join(f":{name}" for name in row)
+                    connection.execute(
+                        text(f"INSERT INTO {table} ({names}) VALUES ({values})"), row
+                    )
+
+
+@pytest.mark.run_store_only
+def test_a_run_that_changed_after_the_file_was_written_is_left_whole(
+    store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
+) -> None:
+    ids = finished(store, "a", 2)
+    clock.advance(DAY)
+    path = tmp_path / "a.archive"
+    store.archive(finished_before_ms=clock(), to=path, key=KEY)
+    with db.begin() as connection:
+        for table in ("archived_operations", "archived_runs", "kept_leaves"):
+            connection.execute(text(f"DELETE FROM {table}"))
+    restore_runs(db, path)
+    # a receipt the file does not hold (a lease granted after it was written)
+    store.acquire_lease(ids[0], "late-lease", ttl_ms=1000)
+    report = store.archive(finished_before_ms=0, to=path, key=KEY)
+    assert (report.runs_archived, report.kept) == (1, 1)
+    store.status(ids[0])  # left whole
+    with pytest.raises(RunArchivedError):
+        store.status(ids[1])
+
+
+@pytest.mark.run_store_only
+def test_an_altered_or_foreign_archive_file_deletes_nothing(
+    store: RunStore, clock: FakeClock, db: Engine, tmp_path: Path
+) -> None:
+    finished(store, "a", 2)
+    clock.advance(DAY)
+    path = tmp_path / "a.archive"
+    store.archive(finished_before_ms=clock(), to=path, key=KEY)
+    with db.begin() as connection:
+        for table in ("archived_operations", "archived_runs", "kept_leaves"):
+            connection.execute(text(f"DELETE FROM {table}"))
+    restore_runs(db, path)
+    before = counts(db)
+    original = path.read_text(encoding="utf-8")
+    lines = original.splitlines(keepends=True)
+    altered = {
+        "truncated": "".join(lines[:-1]),
+        "a payload byte": original.replace(
+            '\\"to\\":\\"discarded\\"', '\\"to\\":\\"discardeD\\"', 1
+        ),
+        "not an archive": "{}\n",
+    }
+    for name, content in altered.items():
+        assert content != original, name
+        path.write_text(content, encoding="utf-8")
+        with pytest.raises(ArchiveInvalidError):
+            store.archive(finished_before_ms=0, to=path, key=KEY)
+        assert counts(db) == before, name
+    path.write_text(original, encoding="utf-8")
+    other = generate_signer_key("example.com/other")
+    with pytest.raises(CheckpointError):
+        store.archive(finished_before_ms=0, to=path, key=other)
+    assert counts(db) == before
+
+
+def test_bad_archive_arguments_are_refused(run_store: RunStore, tmp_path: Path) -> None:
+    for arguments in (
+        {"finished_before_ms": "soon", "to": tmp_path / "x"},
+        {"finished_before_ms": True, "to": tmp_path / "x"},
+        {"finished_before_ms": 1, "to": tmp_path / "x", "batch": 0},
+        {"finished_before_ms": 1, "to": 5},
+    ):
+        with pytest.raises(InvalidInputError) as raised:
+            run_store.archive(key=KEY, **arguments)
+        assert raised.value.code == "invalid-archive-request"
+    assert not list(tmp_path.glob("x*"))
+    assert run_store.counts().archived == 0
+
+
+def test_the_async_store_archives_and_answers_run_archived(store_url: str, tmp_path: Path) -> None:
+    url = async_database_url(store_url).render_as_string(hide_password=False)
+    clock = FakeClock()
+
+    async def scenario() -> tuple[Any, str]:
+        async with AsyncRunStore(url, root_hash=ROOT_HASH, clock=clock) as store:
+            run = await store.start_run("abel-implement", change="a", operation_id="s-1")
+            await store.transition(run.run_id, "rejected", operation_id="t-1")
+            clock.advance(DAY)
+            report = await store.archive(
+                finished_before_ms=clock(), to=tmp_path / "async.archive", key=KEY
+            )
+            try:
+                await store.status(run.run_id)
+            except RunArchivedError as error:
+                return report, error.code
+            return report, "found"
+
+    report, code = asyncio.run(scenario())
+    assert (report.runs_archived, report.events_archived, code) == (1, 2, "run-archived")
