@@ -30,8 +30,9 @@ from cadence_store.errors import (
     JournalIntegrityError,
     RunArchivedError,
 )
-from cadence_store.transfer import import_store, read_record
+from cadence_store.transfer import TransferReport, import_store, read_record
 from cadence_store.transfer.archive_file import verify_archive
+from cadence_store.transfer.restore import checked_archive_runs, restore_run
 
 NONE_ARCHIVED = {"kept_leaves": 0, "archived_runs": 0, "archived_operations": 0}
 
@@ -186,3 +187,22 @@ def test_an_archive_imports_into_another_store_numbered_there(
         signed = store.checkpoint(archived.signer)
     assert signed.size == 9  # its own feed: the three runs' events, numbered from 1
     assert retention_rows(other) == NONE_ARCHIVED
+
+
+def test_a_restore_interrupted_between_runs_finishes_when_run_again(
+    archived: ArchivedStore, db: Engine
+) -> None:
+    """Each run is restored in its own transaction: a restore that stopped after some
+    runs (here: one run restored alone) is finished by importing the file again."""
+    first = next(item for _, item in checked_archive_runs(archived.lines()))
+    with RunStore(archived.url) as store:
+        restore_run(store.engine, first, TransferReport(), 200)
+    assert retention_rows(archived.url) == {
+        "kept_leaves": 6,
+        "archived_runs": 2,
+        "archived_operations": 6,
+    }
+    report = import_store(archived.url, archived.lines())
+    assert report.skipped == [first.run_id] and len(report.written) == 2
+    assert feed_positions(archived.url) == archived.positions
+    assert retention_rows(archived.url) == NONE_ARCHIVED
