@@ -6,13 +6,16 @@ file can be damaged."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import create_engine, text
 
 from cadence_store import RunStore
 from cadence_store.journal.note_keys import SignerKey, generate_signer_key
 from cadence_store.storage.feed_notifier import flush_notifiers
+from cadence_store.testing import FakeClock
 from cadence_store.transfer import read_record
 from cadence_store.transfer.archive_file import (
     ArchivedLeaf,
@@ -37,6 +40,8 @@ class ArchivedStore:
     note: str
     archived: list[str]
     active: list[str]
+    # (run id, sequence) -> feed position of every event before the archive deleted any
+    positions: dict[tuple[str, int], int | None] = field(default_factory=dict)
 
     @property
     def vkey(self) -> str:
@@ -121,3 +126,45 @@ def swap_first_proofs(line: str) -> str:
     first, second = value["leaves"][0], value["leaves"][1]
     first["hashes"], second["hashes"] = second["hashes"], first["hashes"]
     return json.dumps(value, separators=(",", ":")) + "\n"
+
+
+def archived_by_store(url: str, directory: Path) -> ArchivedStore:
+    """A store whose finished runs `RunStore.archive` archived (the file written, the runs
+    deleted, their leaves kept); `positions` holds every event's feed position before."""
+    signer = generate_signer_key(ORIGIN)
+    clock = FakeClock()
+    with RunStore(url, root_hash="cd" * 32, clock=clock) as store:
+        done, open_ = seed_runs(store, "arch", 3, 1)
+        positions = feed_positions(url)
+        clock.advance(1000)
+        report = store.archive(
+            finished_before_ms=clock(), to=directory / "runs.archive", key=signer
+        )
+    assert report.runs_archived == len(done)
+    return ArchivedStore(
+        url, signer, Path(report.path), report.checkpoint.note, done, open_, positions
+    )
+
+
+def feed_positions(url: str) -> dict[tuple[str, int], int | None]:
+    """(run id, sequence) -> feed position of every event in the store."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT run_id, sequence, feed_position FROM events"))
+            return {(row[0], row[1]): row[2] for row in rows}
+    finally:
+        engine.dispose()
+
+
+def retention_rows(url: str) -> dict[str, int]:
+    """How many rows each retention table holds."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {
+                table: connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+                for table in ("kept_leaves", "archived_runs", "archived_operations")
+            }
+    finally:
+        engine.dispose()

@@ -99,13 +99,7 @@ def _report_archive(report: ArchiveVerification, path: str, *, as_json: bool) ->
         click.echo(render.printable(json.dumps(document, ensure_ascii=False)))
     elif report.failure is not None:
         failure = report.failure
-        where = "".join(
-            f"{label} {value}: "
-            for label, value in (("run", failure.run_id), ("sequence", failure.sequence))
-            if value is not None
-        )
-        broken = f"BROKEN archive {path}: {where}{failure.detail} ({failure.code})"
-        click.echo(render.printable(broken))
+        click.echo(render.printable(f"BROKEN archive {path}: {failure.detail} ({failure.code})"))
         click.echo(
             f"archive {path} does not verify: {report.runs} run(s), {report.events} event(s) "
             f"read, {report.broken} run(s) broken"

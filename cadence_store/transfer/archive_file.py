@@ -14,7 +14,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArchiveInvalidError, CadenceStoreError, CheckpointError, InvalidInputError
+from ..errors import (
+    ArchiveInvalidError,
+    CadenceStoreError,
+    CheckpointError,
+    InvalidInputError,
+    JournalIntegrityError,
+)
 from ..journal.archive_format import (
     ARCHIVE_FORMAT,
     ARCHIVE_INVALID,
@@ -234,18 +240,44 @@ def _signed(note: str, key: VerifierKey, whose: str) -> Checkpoint:
         raise CheckpointError(error.code, f"{whose}: {error.detail}") from None
 
 
-def _check_leaves(run: ArchivedRun, head: Checkpoint, size: int) -> ArchiveFailure | None:
+def check_proofs(run: ArchivedRun, root_hash: bytes, size: int) -> None:
+    """Raise unless each event's leaf is, by its proof, in the tree of `size` leaves whose
+    root is `root_hash`: `checkpoint-mismatch` when a proof leads to another root,
+    `archive-invalid` when it cannot be a proof there (its length, an index outside the
+    tree). Either names the run and the sequence."""
     for leaf, event in zip(run.leaves, run.record["events"], strict=True):
-        leaf_hash = feed_leaf_hash(run.run_id, event["sequence"], event["event_hash"])
+        leaf_hash = feed_leaf_hash(run.run_id, leaf.sequence, event["event_hash"])
+        where = f"run {run.run_id}: sequence {leaf.sequence}"
         try:
-            verify_inclusion(leaf_hash, leaf.leaf_index, size, list(leaf.hashes), head.root_hash)
-        except CadenceStoreError as error:
-            return _failure(
-                error,
-                line=run.line,
+            verify_inclusion(leaf_hash, leaf.leaf_index, size, list(leaf.hashes), root_hash)
+        except CheckpointError as error:
+            raise CheckpointError(
+                error.code,
+                f"{where}: {error.detail}",
                 run_id=run.run_id,
                 sequence=leaf.sequence,
-            )
+                expected=error.expected,
+                actual=error.actual,
+            ) from None
+        except InvalidInputError as error:
+            raise ArchiveInvalidError(
+                ARCHIVE_INVALID,
+                f"line {run.line}: {where}: {error.detail}",
+                run_id=run.run_id,
+                sequence=leaf.sequence,
+            ) from None
+
+
+def _run_failure(run: ArchivedRun, root_hash: bytes, size: int) -> ArchiveFailure | None:
+    check = check_record(run.record, run.line)
+    if not check.ok:
+        detail = f"run {run.run_id}: {check.description}"
+        code = check.code or ARCHIVE_INVALID
+        return ArchiveFailure(code, detail, run.line, run.run_id, check.sequence)
+    try:
+        check_proofs(run, root_hash, size)
+    except JournalIntegrityError as error:
+        return _failure(error, line=run.line)
     return None
 
 
@@ -273,18 +305,7 @@ def verify_archive(
         for run in contents:
             runs += 1
             events += len(run.leaves)
-            check = check_record(run.record, run.line)
-            found = (
-                _check_leaves(run, head, header.tree_size)
-                if check.ok
-                else ArchiveFailure(
-                    check.code or ARCHIVE_INVALID,
-                    check.description,
-                    run.line,
-                    check.run_id,
-                    check.sequence,
-                )
-            )
+            found = _run_failure(run, head.root_hash, header.tree_size)
             if found is not None:
                 broken += 1
                 failure = failure or found
@@ -315,6 +336,7 @@ __all__ = [
     "ArchiveVerification",
     "ArchivedLeaf",
     "ArchivedRun",
+    "check_proofs",
     "header_line",
     "read_archive",
     "run_line",

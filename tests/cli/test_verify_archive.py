@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.archive_support import ArchivedStore, archived_store, change_payload_byte
+from archive_support import ArchivedStore, archived_store, change_payload_byte
 
 
 @pytest.fixture

@@ -9,22 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from cadence_store import RunStore
-from cadence_store.errors import ArchiveInvalidError
-from cadence_store.journal.archive_format import parse_leaves
-from cadence_store.journal.merkle import feed_leaf_hash, verify_inclusion
-from cadence_store.journal.note_keys import generate_signer_key
-from cadence_store.journal.notes import Checkpoint, sign_checkpoint, verify_checkpoint
-from cadence_store.transfer import check_record, read_record
-from cadence_store.transfer.archive_file import (
-    ArchiveFailure,
-    ArchiveVerification,
-    read_archive,
-    run_line,
-    verify_archive,
-)
-from tests.archive_support import (
+from archive_support import (
     CREATED_AT_MS,
     FINISHED_BEFORE_MS,
     ORIGIN,
@@ -35,7 +20,22 @@ from tests.archive_support import (
     seed_runs,
     swap_first_proofs,
 )
-from tests.tamper_support import rewrite_history
+from tamper_support import rewrite_history
+
+from cadence_store import RunStore
+from cadence_store.errors import ArchiveInvalidError, InvalidInputError
+from cadence_store.journal.archive_format import parse_leaves
+from cadence_store.journal.merkle import feed_leaf_hash, verify_inclusion
+from cadence_store.journal.note_keys import generate_signer_key
+from cadence_store.journal.notes import Checkpoint, sign_checkpoint, verify_checkpoint
+from cadence_store.transfer import check_record, import_store, read_record
+from cadence_store.transfer.archive_file import (
+    ArchiveFailure,
+    ArchiveVerification,
+    read_archive,
+    run_line,
+    verify_archive,
+)
 
 
 @pytest.fixture
@@ -217,3 +217,14 @@ def test_an_archive_of_a_store_with_no_finished_run_holds_no_run(
         note, lines = archive_lines(store, [], signer)
     report = verify_archive(lines, note, signer.verifier().encode())
     assert report.ok and (report.runs, report.events) == (0, 0)
+
+
+def test_a_hostile_line_is_refused_unread(archived: ArchivedStore) -> None:
+    """A line nested too deep to decode is refused as in an export (exit 2), never read."""
+    lines = archived.lines()
+    deep = "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(InvalidInputError) as caught:
+        _verify(archived, [lines[0], deep, *lines[1:]])
+    assert caught.value.code == "export-record-too-deep"
+    with pytest.raises(InvalidInputError):
+        import_store(archived.url, [lines[0], deep, *lines[1:]])
