@@ -135,6 +135,7 @@ class TreeCheckpoints:
         count = after = 0
         while rows := sql.all(KEPT_LEAF_PAGE, after=after, limit=LEAF_BATCH):
             for row in rows:
+                after = int(row.position)
                 index = int(row.position) - 1
                 if index // TILE_WIDTH != tile_index:
                     tile_index = index // TILE_WIDTH
@@ -143,7 +144,6 @@ class TreeCheckpoints:
                 if index >= stored or offset >= len(hashes) or hashes[offset] != leaf_hash_of(row):
                     raise _leaf_departs(row, "the stored tree")
                 count += 1
-            after = int(rows[-1].position)
         return count
 
     # -- proofs ------------------------------------------------------------------------

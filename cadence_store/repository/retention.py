@@ -74,7 +74,7 @@ class CachedTree(StoredTree):
         found = self._nodes.get(node)
         if found is None:
             if node.level % TILE_HEIGHT == 0:
-                found = super().node_hashes([node])[0]
+                (found,) = super().node_hashes([node])
             else:
                 below = node.level - 1
                 found = node_hash(
