@@ -4,6 +4,7 @@ leaves and ids kept (`storage/retention_statements.py`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,7 @@ class Deletion:
     events: int = 0
     gone: int = 0  # deleted already (an earlier archive)
     kept: int = 0  # changed since the archive was written: left whole
+    settled: int = 0  # the heads dealt with, in order (the rest: the next transaction's)
 
 
 class RunArchives:
@@ -142,12 +144,17 @@ class RunArchives:
         """The run's export record (`storage/run_records.py`), None when it is absent."""
         return record_in(self._access.read_statements(), run_id)
 
-    def delete(self, heads: Sequence[WrittenRun], archived_at: int) -> Deletion:
+    def delete(
+        self, heads: Sequence[WrittenRun], archived_at: int, budget_s: float | None = None
+    ) -> Deletion:
         """Delete each run, still exactly the one an archive file holds (`heads`: as
         written, with its record's digest), keeping its leaves and ids; one run's rows
         all go in this transaction. A run deleted already is counted `gone`; one that
-        changed since (an event, a lease, a receipt) is left whole, `kept`."""
+        changed since (an event, a lease, a receipt) is left whole, `kept`. `budget_s`:
+        stop after the run that used it up (`settled` says how many were dealt with),
+        so that the transaction holds its locks no longer than writers can wait."""
         access = self._access
+        deadline = None if budget_s is None else time.monotonic() + budget_s
         sql = access.write_statements()
         done = Deletion()
         scopes = [sql.one(RUN_SCOPE, run_id=head.run_id) for head in heads]
@@ -161,6 +168,9 @@ class RunArchives:
             ],
         )
         for head in heads:
+            if deadline is not None and done.settled and time.monotonic() > deadline:
+                break
+            done.settled += 1
             values = {"run_id": head.run_id}
             locked = sql.one(
                 ARCHIVED_HEAD_FOR_UPDATE,

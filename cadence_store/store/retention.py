@@ -67,6 +67,7 @@ from .transactions import Transactions
 DEFAULT_ARCHIVE_BATCH: Final = 1000
 PARTIAL_SUFFIX: Final = ".partial"
 _PAGE: Final = 1000  # runs selected per page
+DELETE_BUDGET_S: Final = 0.05  # the longest a deleting transaction goes on taking runs
 ARCHIVE_REQUEST_INVALID: Final = "invalid-archive-request"
 
 
@@ -331,20 +332,27 @@ def _delete(
     now: int,
     progress: ArchiveProgressCallback | None,
 ) -> Deletion:
+    """`heads` deleted in transactions of at most `batch` runs, each also ending once it
+    has held its locks for `DELETE_BUDGET_S` (SQLite's one writer lock, PostgreSQL's row
+    locks): a writer waits at most about that long."""
     total = Deletion()
-    for start in range(0, len(heads), batch):
+    start = 0
+    while start < len(heads):
         chunk = heads[start : start + batch]
 
         def work(runs: RunRepository, chunk: list[WrittenRun] = chunk) -> Deletion:
-            return RunArchives(JournalAccess(runs.transaction, None)).delete(chunk, now)
+            archives = RunArchives(JournalAccess(runs.transaction, None))
+            return archives.delete(chunk, now, DELETE_BUDGET_S)
 
         done = transactions.write(work)
+        start += done.settled
         total.runs += done.runs
         total.events += done.events
         total.gone += done.gone
         total.kept += done.kept
+        total.settled += done.settled
         if progress is not None:
-            progress(ArchiveProgress("delete", start + len(chunk), len(heads)))
+            progress(ArchiveProgress("delete", start, len(heads)))
     return total
 
 

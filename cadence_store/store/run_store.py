@@ -439,8 +439,9 @@ class RunStore(RunStoreCalls):
         text), write each run (its export record and its leaves' inclusion proofs against
         that checkpoint) to the archive file `to`, made durable (fsync, rename, fsync of
         the directory), and only then delete them in transactions of at most `batch`
-        runs, each run whole in one, its leaves kept in the tree and its ids answering
-        `run-archived`. A run that changed after the file was written is left whole.
+        runs (each also ending after about 50 ms of deleting, so that no writer waits
+        long for its locks), each run whole in one, its leaves kept in the tree and its
+        ids answering `run-archived`. A run that changed after the file was written is left whole.
 
         When `to` exists (an archive interrupted after its file was durable), the file
         is verified (`archive-invalid` when it does not; `checkpoint-signature-invalid`

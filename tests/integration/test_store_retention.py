@@ -27,8 +27,10 @@ from cadence_store import (
 )
 from cadence_store.async_store import async_database_url
 from cadence_store.journal import merkle
+from cadence_store.journal.archives import ArchiveProgress
 from cadence_store.journal.notes import verify_checkpoint
 from cadence_store.storage.feed_notifier import flush_notifiers
+from cadence_store.store import retention
 
 KEY = generate_signer_key("example.com/retention")
 VKEY = KEY.verifier()
@@ -391,3 +393,20 @@ def test_every_proof_of_an_archive_over_several_tiles_leads_to_its_root(
             merkle.verify_inclusion(leaf_hash, leaf["leafIndex"], 600, hashes, checkpoint.root_hash)
             indices.add(leaf["leafIndex"])
     assert indices == set(range(600))
+
+
+@pytest.mark.run_store_only
+def test_a_deleting_transaction_ends_when_its_time_is_used_up(
+    store: RunStore, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished(store, "a", 5)
+    clock.advance(DAY)
+    monkeypatch.setattr(retention, "DELETE_BUDGET_S", 0.0)  # one run, then the budget is out
+    steps: list[ArchiveProgress] = []
+    report = store.archive(
+        finished_before_ms=clock(), to=tmp_path / "a.archive", key=KEY, progress=steps.append
+    )
+    assert report.runs_archived == 5
+    deletes = [step.done for step in steps if step.phase == "delete"]
+    assert deletes == [1, 2, 3, 4, 5]  # five transactions, though the batch is 1,000
+    assert [step.done for step in steps if step.phase == "archive"] == [1, 2, 3, 4, 5]
