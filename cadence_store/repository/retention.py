@@ -157,21 +157,18 @@ class RunArchives:
         deadline = None if budget_s is None else time.monotonic() + budget_s
         sql = access.write_statements()
         done = Deletion()
-        scopes = [sql.one(RUN_SCOPE, run_id=head.run_id) for head in heads]
-        # the lock order's first step (core.py): the runs' lookup keys, as a start takes them
-        access.advisory_locks(
-            sql,
-            [
-                f"{scope.root_hash}\x00{scope.stage}\x00{scope.lookup_key}"
-                for scope in scopes
-                if scope is not None
-            ],
-        )
         for head in heads:
             if deadline is not None and done.settled and time.monotonic() > deadline:
                 break
             done.settled += 1
             values = {"run_id": head.run_id}
+            scope = sql.one(RUN_SCOPE, **values)
+            if scope is not None:
+                # as a start takes them: the run's lookup key first, then its row. A start
+                # under this key touches this run's row alone, never one locked before
+                # it here, so taking the keys run by run cannot deadlock with one.
+                key = f"{scope.root_hash}\x00{scope.stage}\x00{scope.lookup_key}"
+                access.advisory_locks(sql, [key])
             locked = sql.one(
                 ARCHIVED_HEAD_FOR_UPDATE,
                 run_id=head.run_id,
