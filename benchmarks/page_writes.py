@@ -2,8 +2,10 @@
 
 A transition's commit is measured in pages: the database is checkpointed before and after
 one commit, and every page whose bytes changed is named by the b-tree it belongs to
-(SQLite's `dbstat`). Two commits: one `RunStore.transition`, and a unit of work of 100
-transitions of the same run. The run has `--events` events first, so that its indexes
+(SQLite's `dbstat`). Four commits: one `RunStore.transition` (to the state the run is
+in), one that changes the run's state (`ix_runs_state_run_id` moves with it), one
+`acquire_lease` (a live lease is in `ix_operations_lease_expires_at`; a journal receipt
+is not), and a unit of work of 100 transitions of the same run. The run has `--events` events first, so that its indexes
 have the depth of a run in use.
 
 The same is then measured on a second store given back cadence 1.x's
@@ -76,12 +78,26 @@ class Subject:
             # is not this version's schema); SQLite prepares its statements again
             _add_event_hash_unique(self.path)
         self.count = 0
+        self.flips = 0  # state changes so far (the run is paused after an even number)
         for _ in range(WARM_UP_BATCHES):  # a new index's packed pages split first
             self.batch()
 
     def single(self, _n: int = 0) -> None:
         self.count += 1
         self.store.transition(self.run_id, "paused", operation_id=f"one-{self.count}")
+
+    def state_change(self, _n: int = 0) -> None:
+        """A transition that changes the run's state (paused and validating-delivery in
+        turn): the runs' state index moves with it."""
+        self.count += 1
+        self.flips += 1
+        to = "validating-delivery" if self.flips % 2 else "paused"
+        self.store.transition(self.run_id, to, operation_id=f"state-{self.count}")
+
+    def lease(self, _n: int = 0) -> None:
+        """A lease acquired: its operation row, with an expiry."""
+        self.count += 1
+        self.store.acquire_lease(self.run_id, f"lease-{self.count}", 60_000)
 
     def batch(self, _n: int = 0) -> None:
         self.count += 1
@@ -114,6 +130,8 @@ def run(events: int, rounds: int) -> dict[str, Any]:
         pages = {
             name: {
                 "single": subject.pages_of(subject.single),
+                "state_change": subject.pages_of(subject.state_change),
+                "lease": subject.pages_of(subject.lease),
                 "batch": subject.pages_of(subject.batch),
             }
             for name, subject in subjects.items()
@@ -141,6 +159,13 @@ def run(events: int, rounds: int) -> dict[str, Any]:
     return {"events": events, "rounds": rounds, "pages": pages, "median_ms": medians}
 
 
+_COMMITS: Final = {
+    "single": "1 transition",
+    "state_change": "1 transition that changes the state",
+    "lease": "1 acquire_lease",
+}
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"pages one commit changes, per b-tree (a run of {result['events']} events)",
@@ -150,7 +175,7 @@ def table(result: dict[str, Any]) -> str:
     ]
     for name, commits in result["pages"].items():
         for kind, counts in commits.items():
-            what = "1 transition" if kind == "single" else f"{BATCH} transitions, one unit of work"
+            what = _COMMITS.get(kind, f"{BATCH} transitions, one unit of work")
             detail = ", ".join(f"{tree} {count}" for tree, count in counts.items())
             lines.append(f"| {name} | {what} | {sum(counts.values())} | {detail} |")
     lines += [

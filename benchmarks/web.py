@@ -2,9 +2,10 @@
 
 Renders `/`, each filter, a deep page of the runs list (and the page before it, by
 keyset), and a 5,000-event run's first and last pages of events through the ASGI app in
-process (Starlette's TestClient: the server's work, no network), and prints p50/p95 per
-page and engine; also times `verify_integrity` of the 5,000-event run alone (every page
-of a run verifies its whole chain). Writes `benchmarks/web-results.json`.
+process (Starlette's TestClient: the server's work, no network; the heap frozen after
+start-up as `cadence-store serve` freezes it), and prints p50/p95 per page and engine;
+also times `verify_integrity` of the 5,000-event run alone (every page of a run
+verifies its whole chain). Writes `benchmarks/web-results.json`.
 
 The store: a few runs written by the library (one per state, and the 5,000-event run),
 then cloned in bulk by SQL to `--runs` runs of about ten events each (ids `b1...`). The
@@ -36,6 +37,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from cadence_store import RunStore  # noqa: E402
 from cadence_store.web import create_app  # noqa: E402
+from cadence_store.web.process import freeze_startup_heap  # noqa: E402
 
 RESULTS = HERE / "web-results.json"
 CLONE_BASE = 10_000_000  # clone i is run `b{CLONE_BASE + i}`: fixed width, sorted by i
@@ -264,6 +266,8 @@ def main() -> None:
                     "pages": {},
                 }
                 with TestClient(create_app(store)) as client:
+                    client.get("/healthz")  # the app started, as `serve` has it when it
+                    freeze_startup_heap()  # freezes the heap it started with
                     for name, path in pages(arguments.runs, long_run).items():
                         results["engines"][engine]["pages"][name] = measure(
                             client, path, arguments.rounds

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cadence_store.storage.engine as store_engine
+import cadence_store.storage.backends.sqlite as sqlite_backend
 from cadence_store.repository.run_repository import RunRepository
 from cadence_store.repository.transaction import JournalTransaction
-from cadence_store.storage.dialects import profile_of
+from cadence_store.storage.backends import backend_for
 from cadence_store.storage.statements import Statements
 
 from .common import open_store, paused_run
@@ -42,13 +42,13 @@ UNIT_OF_WORK = "in a unit of work (200 a commit)"
 
 
 def _without_fsync() -> None:
-    set_pragmas = store_engine._set_session_pragmas
+    set_pragmas = sqlite_backend.set_session_pragmas
 
     def pragmas(connection: Any, *, wal: bool) -> None:
         set_pragmas(connection, wal=wal)
         connection.execute("PRAGMA synchronous = OFF")
 
-    store_engine._set_session_pragmas = pragmas
+    sqlite_backend.set_session_pragmas = pragmas
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def repository(run_id: str, operation_id: str) -> None:
         statements = Statements.on_dbapi(store.engine.dialect, raw)
-        store_engine.begin_immediate_on(raw)  # as the store's direct path
+        backend_for(store.engine).begin_write_on_driver(raw)  # as the store's direct path
         transaction = JournalTransaction.on_pooled(
-            profile_of(store.engine.dialect), raw, statements, None
+            backend_for(store.engine.dialect), raw, statements, None
         )
         RunRepository(transaction, root_hash=store.root_hash).transition(
             run_id, "paused", operation_id=operation_id, code="x"

@@ -244,21 +244,23 @@ class StorePermissionError(StoreUnavailableError):
     )
 
     def __init__(
-        self, code: str | None = None, detail: str | None = None, *, engine: str | None = None
+        self,
+        code: str | None = None,
+        detail: str | None = None,
+        *,
+        engine: str | None = None,
+        hint: str | None = None,
     ) -> None:
         super().__init__(code, detail)
         self.engine = engine  # "postgresql", "sqlite", or None when unknown
+        # what the engine's backend says a refused privilege means there
+        self._hint = hint
         self.args = (f"{self} ({self.hint})",)
 
     @property
     def hint(self) -> str:
-        if self.engine == "sqlite":
-            return (
-                "the SQLite database is read-only to this process: check that the file and "
-                "its directory are writable by this user (SQLite writes -wal, -shm and "
-                "-journal files beside it) and that it is not opened read-only "
-                "(mode=ro, PRAGMA query_only)"
-            )
+        if self._hint is not None:
+            return self._hint
         return (
             "the database role lacks a privilege on cadence-store's tables: grant it "
             f"USAGE on their schema, SELECT, INSERT, UPDATE, DELETE on {self.TABLES} and "

@@ -29,12 +29,11 @@ import functools
 import importlib.util
 import inspect
 import time
-from collections.abc import Callable, Mapping
-from contextvars import ContextVar
-from types import FunctionType
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar, cast
 
 from .errors import CadenceStoreError, LeaseFencedError
+from .telemetry_state import IDLE_CALL, NAME, Call, Otel, api, current_call
 
 
 def _api_installed() -> bool:
@@ -44,10 +43,8 @@ def _api_installed() -> bool:
         return False
 
 
-C = TypeVar("C", bound=type)
 F = TypeVar("F", bound=Callable[..., Any])
 OTEL_AVAILABLE: Final = _api_installed()
-NAME: Final = "cadence_store"
 UNIT_OF_WORK_SPAN: Final = "cadence_store.unit_of_work"
 # the calls whose span says whether they appended an event (`cadence_store.replayed`)
 JOURNAL_WRITES: Final = frozenset(
@@ -66,130 +63,6 @@ JOURNAL_WRITES: Final = frozenset(
         "transition_many_once",
     }
 )
-
-
-class _Call:
-    """The library call in progress (outermost only) and what it did so far."""
-
-    __slots__ = ("appended", "method", "span")
-
-    def __init__(self, span: Any, method: str | None = None) -> None:
-        self.span = span
-        self.method = method  # None while nothing records
-        self.appended = 0
-
-
-class _NoSpan:
-    """The span of a call while nothing records: its events go nowhere."""
-
-    def add_event(self, *_args: Any) -> None:
-        return None
-
-
-_current: ContextVar[_Call | None] = ContextVar("cadence_store_call", default=None)
-# the call in progress while no provider records (shared: nothing reads what it counts)
-_IDLE_CALL: Final = _Call(_NoSpan())
-
-
-class _Otel:
-    """The API's objects, imported on first use."""
-
-    def __init__(self) -> None:
-        from opentelemetry import metrics, trace
-        from opentelemetry.trace import Status, StatusCode
-
-        self._trace_module = trace
-        self._metrics_module = metrics
-        self._configured = False  # a provider was seen (set once, it is never unset)
-        self.trace = trace
-        self.tracer = trace.get_tracer(NAME)
-        meter = metrics.get_meter(NAME)
-        self.appended = meter.create_counter(
-            "cadence_store.events.appended", unit="{event}", description="events appended"
-        )
-        self.fenced = meter.create_counter(
-            "cadence_store.leases.fenced", unit="{lease}", description="calls refused lease-fenced"
-        )
-        self.duration = meter.create_histogram(
-            "cadence_store.call.duration", unit="s", description="duration of a public call"
-        )
-        self._status = Status
-        self._error = StatusCode.ERROR
-
-    def idle(self) -> bool:
-        """No tracer or meter provider set up (the API's own stand-ins answer): nothing
-        would be recorded, so a call skips its span and measurements. A provider is set
-        once for the process's life, so once one is seen the check is one attribute read."""
-        if self._configured:
-            return False
-        tracer_provider = self._trace_module.get_tracer_provider()
-        meter_provider = self._metrics_module.get_meter_provider()
-        # the API package's providers (its proxies and no-ops) record nothing
-        self._configured = not (
-            _from_the_api(tracer_provider, "opentelemetry.trace")
-            and _from_the_api(meter_provider, "opentelemetry.metrics")
-        )
-        return not self._configured
-
-    def error_status(self, code: str) -> Any:
-        return self._status(self._error, code)
-
-
-def _from_the_api(provider: object, package: str) -> bool:
-    module = type(provider).__module__
-    return module == package or module.startswith(package + ".")
-
-
-_otel: _Otel | None = None
-
-
-def _api() -> _Otel:
-    global _otel
-    if _otel is None:
-        _otel = _Otel()
-    return _otel
-
-
-# -- what the library's internals tell the current call ------------------------------------
-
-
-def note_appended(count: int = 1) -> str | None:
-    """`count` events appended in the current call: its method, for `count_committed`
-    once their transaction commits (None while nothing records)."""
-    call = _current.get()
-    if call is None:
-        return None
-    call.appended += count
-    return call.method
-
-
-def count_committed(appended: Mapping[str, int]) -> None:
-    """A transaction committed the events its calls appended (method -> count): only now
-    are they counted, so that a rolled-back unit of work, a failed commit or a host's
-    rollback counts nothing."""
-    counter = _api().appended
-    for method, count in appended.items():
-        counter.add(count, {"method": method})
-
-
-def record_busy_retry(attempt: int, delay_s: float) -> None:
-    """The call's transaction lost a race and is retried whole: a span event; the events
-    of the rolled-back attempt no longer count."""
-    _restarted("cadence_store.busy_retry", {"attempt": attempt, "delay_s": round(delay_s, 6)})
-
-
-def record_failover_rerun(retry: int, remaining_s: float) -> None:
-    """The call lost its connection and is re-run (`failover.py`), `remaining_s` of its
-    budget left: a span event."""
-    left = round(max(remaining_s, 0.0), 3)
-    _restarted("cadence_store.failover_rerun", {"retry": retry, "remaining_s": left})
-
-
-def _restarted(event: str, attributes: dict[str, Any]) -> None:
-    call = _current.get()
-    if call is not None:
-        call.appended = 0
-        call.span.add_event(event, attributes)
 
 
 # -- spans -----------------------------------------------------------------------------
@@ -250,7 +123,7 @@ def _picker(
     return pick
 
 
-def _mark_failed(span: Any, otel: _Otel, error: BaseException) -> None:
+def _mark_failed(span: Any, otel: Otel, error: BaseException) -> None:
     """Status ERROR and the error's code (its class name when it has none); never its
     message, which may quote stored values."""
     code = error.code if isinstance(error, CadenceStoreError) else type(error).__name__
@@ -268,7 +141,7 @@ class _Span:
         self.journal_write = journal_write
 
     def open(self, owner: Any, attributes: dict[str, Any], span_name: str) -> None:
-        self.otel = otel = _api()
+        self.otel = otel = api()
         self.scope = otel.tracer.start_as_current_span(
             span_name, record_exception=False, set_status_on_exception=False
         )
@@ -278,14 +151,14 @@ class _Span:
             if system is not None:
                 attributes["db.system"] = system
             span.set_attributes(attributes)
-        self.call = _Call(span, self.method)
-        self.token = _current.set(self.call)
+        self.call = Call(span, self.method)
+        self.token = current_call.set(self.call)
         self.started = time.perf_counter()
 
     def close(self, result: Any, error: BaseException | None) -> None:
         call, otel = self.call, self.otel
         span = call.span
-        _current.reset(self.token)
+        current_call.reset(self.token)
         method = {"method": self.method}
         try:
             if error is not None:
@@ -320,7 +193,7 @@ def traced(method: F) -> F:
 
         @functools.wraps(method)
         async def traced_async(*args: Any, **kwargs: Any) -> Any:
-            if _current.get() is not None or _api().idle():  # nested, or nothing records
+            if current_call.get() is not None or api().idle():  # nested, or nothing records
                 return await method(*args, **kwargs)
             span = _Span(name, journal_write)
             span.open(args[0] if args else None, pick(args, kwargs), span_name)
@@ -336,16 +209,16 @@ def traced(method: F) -> F:
 
     @functools.wraps(method)
     def traced_call(*args: Any, **kwargs: Any) -> Any:
-        if _current.get() is not None:  # nested in a call with a span, or in an idle one
+        if current_call.get() is not None:  # nested in a call with a span, or in an idle one
             return method(*args, **kwargs)
-        if _api().idle():
+        if api().idle():
             # asked once per public call: the API's getters read the environment each
             # time (measured: 3-15 us each, three levels deep in a transition)
-            token = _current.set(_IDLE_CALL)
+            token = current_call.set(IDLE_CALL)
             try:
                 return method(*args, **kwargs)
             finally:
-                _current.reset(token)
+                current_call.reset(token)
         span = _Span(name, journal_write)
         span.open(args[0] if args else None, pick(args, kwargs), span_name)
         try:
@@ -357,20 +230,6 @@ def traced(method: F) -> F:
         return result
 
     return cast(F, traced_call)
-
-
-def instrument(cls: C) -> C:
-    """`traced` on each public method of `cls` (`RunRepository`, whose methods are spread
-    over its parts); the stores and units of work decorate their methods one by one."""
-    if not OTEL_AVAILABLE:
-        return cls
-    for name in dir(cls):
-        if name.startswith("_"):
-            continue
-        raw = inspect.getattr_static(cls, name)
-        if isinstance(raw, FunctionType):
-            setattr(cls, name, traced(raw))
-    return cls
 
 
 def opens_unit_of_work(enter: F) -> F:
@@ -393,14 +252,14 @@ def closes_unit_of_work(leave: F) -> F:
 def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
     def open_span(self: Any) -> bool:
         # not nested in a call, nor a re-entry (which fails: the open one's is kept)
-        if _current.get() is not None or getattr(self, "_telemetry", None) is not None:
+        if current_call.get() is not None or getattr(self, "_telemetry", None) is not None:
             return False
-        if _api().idle():
+        if api().idle():
             # the calls in the block skip their own check (it reads the environment): a
             # provider is set up before the work it traces, not in the middle of it
-            self._telemetry = _current.set(_IDLE_CALL)
+            self._telemetry = current_call.set(IDLE_CALL)
             return True
-        scope = _api().tracer.start_as_current_span(
+        scope = api().tracer.start_as_current_span(
             UNIT_OF_WORK_SPAN, record_exception=False, set_status_on_exception=False
         )
         span = scope.__enter__()
@@ -415,25 +274,17 @@ def _entering(enter: Callable[..., Any], asynchronous: bool) -> Callable[..., An
 
         @functools.wraps(enter)
         async def aenter(self: Any) -> Any:
-            opened = open_span(self)
-            try:
-                return await enter(self)
-            except BaseException as error:
-                if opened:
-                    _close_unit_of_work(self, error)
-                raise
+            with _closed_if_failing(self, open_span(self)):
+                entered = await enter(self)
+            return entered
 
         return aenter
 
     @functools.wraps(enter)
     def sync_enter(self: Any) -> Any:
-        opened = open_span(self)
-        try:
-            return enter(self)
-        except BaseException as error:
-            if opened:
-                _close_unit_of_work(self, error)
-            raise
+        with _closed_if_failing(self, open_span(self)):
+            entered = enter(self)
+        return entered
 
     return sync_enter
 
@@ -443,11 +294,8 @@ def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any
 
         @functools.wraps(leave)
         async def aexit(self: Any, *exc_info: Any) -> Any:
-            try:
+            with _closed_if_failing(self):
                 result = await leave(self, *exc_info)
-            except BaseException as error:
-                _close_unit_of_work(self, error)
-                raise
             _close_unit_of_work(self, exc_info[1])
             return result
 
@@ -455,15 +303,24 @@ def _leaving(leave: Callable[..., Any], asynchronous: bool) -> Callable[..., Any
 
     @functools.wraps(leave)
     def sync_exit(self: Any, *exc_info: Any) -> Any:
-        try:
+        with _closed_if_failing(self):
             result = leave(self, *exc_info)
-        except BaseException as error:
-            _close_unit_of_work(self, error)
-            raise
         _close_unit_of_work(self, exc_info[1])
         return result
 
     return sync_exit
+
+
+@contextlib.contextmanager
+def _closed_if_failing(owner: Any, opened: bool = True) -> Iterator[None]:
+    """End the unit of work's span with the error its `__enter__` or `__exit__` raises
+    (when this call opened it), and let the error go on."""
+    try:
+        yield
+    except BaseException as error:
+        if opened:
+            _close_unit_of_work(owner, error)
+        raise
 
 
 def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
@@ -473,10 +330,10 @@ def _close_unit_of_work(owner: Any, error: BaseException | None) -> None:
         return
     if not isinstance(opened, tuple):
         with contextlib.suppress(ValueError):  # left in another context than entered
-            _current.reset(opened)
+            current_call.reset(opened)
         return
     scope, span, started = opened
-    otel = _api()
+    otel = api()
     method = {"method": "unit_of_work"}
     try:
         if error is not None:
@@ -490,11 +347,6 @@ __all__ = [
     "JOURNAL_WRITES",
     "OTEL_AVAILABLE",
     "closes_unit_of_work",
-    "count_committed",
-    "instrument",
     "opens_unit_of_work",
-    "note_appended",
-    "record_busy_retry",
-    "record_failover_rerun",
     "traced",
 ]

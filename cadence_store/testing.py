@@ -99,16 +99,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _server_url(config: pytest.Config) -> URL | None:
     from sqlalchemy.engine import make_url
 
+    from .storage.backends import backend_of_url
+
     given = config.getoption("cadence_store_url") or os.environ.get(URL_ENVIRONMENT)
     if not given:
         return None
     url = make_url(given)
-    if url.get_backend_name() == "sqlite":
-        return None  # SQLite: a file under tmp_path all the same
-    if url.get_backend_name() != "postgresql":
+    backend = backend_of_url(url)
+    if backend is None:
         raise pytest.UsageError(f"{URL_OPTION}: PostgreSQL or SQLite URL expected")
-    if url.drivername in ("postgresql", "postgres"):
-        url = url.set(drivername="postgresql+psycopg")  # the driver cadence-store ships with
+    if backend.embedded:
+        return None  # SQLite: a file under tmp_path all the same
+    if "+" not in url.drivername:
+        url = url.set(drivername=backend.sync_drivername)  # the driver cadence-store ships with
     return url
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,85 +26,33 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-REPOSITORY = ROOT / "cadence_store/repository/run_repository.py"
-
-RUN_STORE = ROOT / "cadence_store/store/run_store.py"
-RUN_STORE_CALLS = ROOT / "cadence_store/store/run_store_calls.py"
-ASYNC_STORE_CALLS = ROOT / "cadence_store/async_store/store_calls.py"
-ASYNC_REPOSITORY_CALLS = ROOT / "cadence_store/async_store/repository_calls.py"
-HOST_CALLS = ROOT / "cadence_store/store/host_calls.py"
-FOLLOWING = ROOT / "cadence_store/store/following.py"
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a method's signature and docstring are stated: a function of `path` (a
-    method of `owner`, whose `self` the generated method keeps), `drop_first`: a function
-    whose first parameter the generated method's `self` stands for."""
-
-    path: Path
-    name: str
-    owner: str | None = None
-    drop_first: bool = False
+from method_sources import (
+    ASYNC_CALLS,
+    ROOT,
+    RUN_STORE_CALLS,
+    Source,
+    definition,
+    feed,
+    host_call,
+    repository,
+    run_store,
+)
 
 
 @dataclass(frozen=True)
 class Method:
-    """A generated method: `source`'s signature and docstring, `body` its code (a
-    template: `{name}`, `{arguments}`: the call's arguments, passed on as received)."""
+    """A generated method: `source`'s signature, `body` its code (a template: `{name}`,
+    `{arguments}`: the call's arguments, passed on as received) and `doc` its docstring
+    (a template of `{name}`: one line naming the call it runs and how, whose full text is
+    stated once, at the source; None: the source's docstring, where the source is not a
+    public method, e.g. a function of `host_calls.py`)."""
 
     source: Source
     body: str
+    doc: str | None
     asynchronous: bool = False
     decorator: str | None = "@traced"
-
-
-def repository(name: str) -> Source:
-    """`RunRepository.name` where it is written: in its class, or in the first of its bases
-    (depth first, as written) that defines it; read without importing the package, whose
-    modules include the ones written here."""
-    found = _defining_class(REPOSITORY, "RunRepository", name)
-    if found is None:
-        raise SystemExit(f"RunRepository.{name} is not defined in cadence_store/repository/")
-    path, owner = found
-    return Source(path, name, owner=owner)
-
-
-def _defining_class(path: Path, owner: str, name: str) -> tuple[Path, str] | None:
-    tree = ast.parse(path.read_text())
-    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == owner)
-    if any(isinstance(node, ast.FunctionDef) and node.name == name for node in cls.body):
-        return path, owner
-    imported = {
-        alias.asname or alias.name: path.parent / f"{node.module}.py"
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
-        for alias in node.names
-    }
-    for base in cls.bases:
-        if isinstance(base, ast.Name):
-            module = imported.get(base.id, path)
-            if module.exists():
-                found = _defining_class(module, base.id, name)
-                if found is not None:
-                    return found
-    return None
-
-
-def run_store(name: str) -> Source:
-    """`RunStore.name`: written in `run_store.py`, or generated in `run_store_calls.py`."""
-    if f"    def {name}(" in RUN_STORE.read_text():
-        return Source(RUN_STORE, name, owner="RunStore")
-    return Source(RUN_STORE_CALLS, name, owner="RunStoreCalls")
-
-
-def host_call(name: str) -> Source:
-    return Source(HOST_CALLS, name)
-
-
-def feed(name: str) -> Source:
-    return Source(FOLLOWING, name, drop_first=True)
+    returns: str | None = None  # what it returns, if not what the source returns
 
 
 READS = (
@@ -144,59 +93,116 @@ return self.transactions.write(work, replaying({kind}, run_id, operation_id, wor
 """
 
 
+# the generated docstrings: what runs the call, the rest as its source states it
+SAME = "(same arguments, same result)"
+WRITE_DOC = f"`RunRepository.{{name}}` in a write transaction of its own, retried {SAME}."
+REPLAYING_WRITE_DOC = (
+    f"`RunRepository.{{name}}` in a write transaction of its own, retried {SAME}; a re-run"
+    " after a lost connection replays what the lost try committed."
+)
+READ_DOC = f"`RunRepository.{{name}}` in a read snapshot of its own {SAME}."
+ON_STORE_DOC = f"Await `RunStore.{{name}}`, run off the event loop {SAME}."
+HOST_CALL_DOC = (
+    f"Await `RunStore.{{name}}`, in an async unit of work of its own {SAME}; `write`"
+    " gets its `AsyncSession`, and what it returns is awaited if it is awaitable."
+)
+FOLLOW_ASYNC = """
+async for item in self._follow({arguments}):
+    yield item
+"""
+FOLLOW_ASYNC_DOC = (
+    "`RunStore.follow` as an async iterator (`async for`; see `following.py`): leaving the"
+    " loop (or cancelling it) stops the follower."
+)
+RUN_SYNC_DOC = f"Await `RunRepository.{{name}}` in this transaction (`run_sync`) {SAME}."
+
+
 def run_store_methods() -> list[Method]:
     """`RunStore`'s: the host-code calls, the repository's replaying write, its plain
     writes and its reads (one snapshot each), and the feed."""
+    replaying = REPLAYING_WRITE.replace("{kind}", "DELIVERY_BOUND")
     return [
-        *(Method(host_call(name), HOSTING_WRITE) for name in HOST_CALLS_NAMES),
-        Method(repository("start_run"), STARTING_WRITE),
-        Method(repository("bind_delivery"), REPLAYING_WRITE.replace("{kind}", "DELIVERY_BOUND")),
-        *(Method(repository(name), WRITE) for name in PLAIN_WRITES),
-        *(Method(repository(name), READ) for name in READS),
-        *(Method(feed(name), FEED_CALL) for name in FEED),
+        *(Method(host_call(name), HOSTING_WRITE, None) for name in HOST_CALLS_NAMES),
+        Method(repository("start_run"), STARTING_WRITE, WRITE_DOC),
+        Method(repository("bind_delivery"), replaying, REPLAYING_WRITE_DOC),
+        *(Method(repository(name), WRITE, WRITE_DOC) for name in PLAIN_WRITES),
+        *(Method(repository(name), READ, READ_DOC) for name in READS),
+        *(Method(feed(name), FEED_CALL, None) for name in FEED),
     ]
 
 
-LEASES = (
-    "acquire_lease",
-    "renew_lease",
-    "assert_lease",
-    "commit_lease",
-    "interrupt_lease",
-    "inspect_operation",
-    "recover_expired_leases",
-)
-# `RunStore`'s methods that `AsyncRunStore` runs as they are, off the event loop
-ASYNC_STORE_PROXIES = (
+# the calls `AsyncRunStore` and `AsyncRunRepository` share, one coroutine each: the same
+# signature in `RunStore` and `RunRepository` (checked), awaited on the one behind them
+ASYNC_SHARED = (
     "start_run",
     "bind_change",
     "bind_delivery",
     "transition",
     "transition_many",
-    *LEASES,
+    "renew_lease",
+    "assert_lease",
+    "commit_lease",
+    "interrupt_lease",
+    "recover_expired_leases",
     *READS,
     "read_feed",
 )
+# their calls of another signature in each: `RunStore`'s take no `lease_token` / `expire`
+ASYNC_OWN = ("acquire_lease", "inspect_operation")
 # `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
-TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof", "archive")
+TREE_CALLS = (
+    "checkpoint",
+    "verify_checkpoint",
+    "inclusion_proof",
+    "consistency_proof",
+    "archive",
+)
+ON_SYNC = "return await self._on_sync(lambda calls: calls.{name}({arguments}))"
+ON_SYNC_DOC = f"Await the synchronous `{{name}}` behind this one {SAME}."
+
+
+def shared(name: str) -> Source:
+    """`RunRepository.name`, whose signature `RunStore.name` states as well."""
+    store, journal = definition(run_store(name), {}), definition(repository(name), {})
+    if ast.dump(store.args) != ast.dump(journal.args) or (
+        ast.dump(store.returns or ast.Constant(None))
+        != ast.dump(journal.returns or ast.Constant(None))
+    ):
+        raise SystemExit(f"RunStore.{name} and RunRepository.{name} differ: not in ASYNC_SHARED")
+    return repository(name)
+
+
+def async_journal_methods() -> list[Method]:
+    """The shared coroutines, each through `_on_sync`."""
+    return [Method(shared(name), ON_SYNC, ON_SYNC_DOC, asynchronous=True) for name in ASYNC_SHARED]
 
 
 def async_store_methods() -> list[Method]:
-    """`AsyncRunStore`'s: `RunStore`'s calls off the loop, the host-code calls in an async
-    unit of work (their `write` awaited when it returns an awaitable)."""
+    """`AsyncRunStore`'s own: `RunStore`'s calls off the loop, the host-code calls in an
+    async unit of work (their `write` awaited when it returns an awaitable)."""
     return [
         *(
-            Method(run_store(name), ON_STORE, asynchronous=True)
-            for name in (*ASYNC_STORE_PROXIES, *TREE_CALLS)
+            Method(run_store(name), ON_STORE, ON_STORE_DOC, asynchronous=True)
+            for name in (*ASYNC_OWN, *TREE_CALLS)
         ),
-        *(Method(host_call(name), HOST_CALL, asynchronous=True) for name in HOST_CALLS_NAMES),
+        *(
+            Method(host_call(name), HOST_CALL, HOST_CALL_DOC, asynchronous=True)
+            for name in HOST_CALLS_NAMES
+        ),
+        Method(
+            feed("follow"),
+            FOLLOW_ASYNC,
+            FOLLOW_ASYNC_DOC,
+            asynchronous=True,
+            returns="AsyncIterator[FeedItem]",
+        ),
     ]
 
 
-# `RunRepository`'s methods that `AsyncRunRepository` runs in its connection's greenlet:
-# the store's, and the journal calls that say whether they appended
+# `RunRepository`'s methods that only `AsyncRunRepository` runs in its connection's
+# greenlet: the journal calls that say whether they appended, and its own signatures
 ASYNC_REPOSITORY_PROXIES = (
-    *ASYNC_STORE_PROXIES,
+    *ASYNC_OWN,
     "bind_deliveries",
     "bind_deliveries_once",
     "transition_once",
@@ -206,28 +212,37 @@ ASYNC_REPOSITORY_PROXIES = (
 
 
 def async_repository_methods() -> list[Method]:
-    """`AsyncRunRepository`'s: each `RunRepository` method through `run_sync`."""
+    """`AsyncRunRepository`'s own: each `RunRepository` method through `run_sync`."""
     return [
-        Method(repository(name), RUN_SYNC, asynchronous=True) for name in ASYNC_REPOSITORY_PROXIES
+        Method(repository(name), RUN_SYNC, RUN_SYNC_DOC, asynchronous=True)
+        for name in ASYNC_REPOSITORY_PROXIES
     ]
 
 
 @dataclass(frozen=True)
+class Generated:
+    """A generated class: its docstring, what the class it is the base of provides
+    (`needs`, abstract), its methods and its base."""
+
+    name: str
+    doc: str
+    needs: str
+    methods: Callable[[], list[Method]]
+    base: str = "ABC"
+
+
+@dataclass(frozen=True)
 class Target:
-    """A generated module: its docstring and imports, its class (its docstring, and what
-    the class it is the base of provides: `needs`, abstract) and the methods."""
+    """A generated module: its docstring and imports, and its classes (in order)."""
 
     doc: str
     imports: str
-    name: str
-    class_doc: str
-    needs: str
-    methods: Callable[[], list[Method]]
+    classes: tuple[Generated, ...]
 
 
 TYPES = """
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from os import PathLike
@@ -241,7 +256,8 @@ from ..journal.tree_views import (
 )
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
-from ..repository.run_repository import DELIVERY_BOUND, RunRepository
+from ..journal.vocabulary import DELIVERY_BOUND
+from ..repository.run_repository import RunRepository
 from ..store.retention import DEFAULT_ARCHIVE_BATCH
 from ..telemetry import traced
 """
@@ -262,6 +278,15 @@ async def _on_store(
 @abstractmethod
 async def _host_call(self, host: HostCall[R]) -> R:
     """A call with host code, in an async unit of work of its own."""
+
+@abstractmethod
+def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+    """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
+'''
+ASYNC_JOURNAL_NEEDS = '''
+@abstractmethod
+async def _on_sync(self, work: Callable[[RunStore | RunRepository], R]) -> R:
+    """`work` on the synchronous store or repository behind this one."""
 '''
 ASYNC_REPOSITORY_NEEDS = '''
 @abstractmethod
@@ -279,49 +304,52 @@ TARGETS: dict[Path, Target] = {
         + "from .host_calls import HostWrite, materialised\n"
         + "from .retries import replaying\n"
         + "from .transactions import Transactions\n",
-        name="RunStoreCalls",
-        class_doc="The calls `RunStore` (its only subclass) makes of other signatures.",
-        needs=RUN_STORE_NEEDS,
-        methods=run_store_methods,
+        classes=(
+            Generated(
+                "RunStoreCalls",
+                "The calls `RunStore` (its only subclass) makes of other signatures.",
+                RUN_STORE_NEEDS,
+                run_store_methods,
+            ),
+        ),
     ),
-    ASYNC_STORE_CALLS: Target(
-        doc="`AsyncRunStore`'s proxies: `RunStore`'s calls, run off the event loop, and the"
-        " host-code calls of `host_calls.py`, in an async unit of work.",
+    ASYNC_CALLS: Target(
+        doc="The coroutine proxies of `AsyncRunStore` and `AsyncRunRepository`: the calls"
+        " they share (`RunStore` and `RunRepository` state them with one signature), then"
+        " each one's own: `RunStore`'s calls off the event loop and the host-code calls of"
+        " `host_calls.py` in an async unit of work; `RunRepository`'s through `run_sync`.",
         imports=TYPES
         + "from ..store import host_calls\n"
+        + "from ..store.following import DEFAULT_POLL_S, Stop\n"
         + "from ..store.host_calls import HostCall, HostWrite\n"
         + "from ..store.run_store import RunStore\n",
-        name="AsyncRunStoreCalls",
-        class_doc="The coroutine methods `AsyncRunStore` (its only subclass) proxies.",
-        needs=ASYNC_STORE_NEEDS,
-        methods=async_store_methods,
-    ),
-    ASYNC_REPOSITORY_CALLS: Target(
-        doc="`AsyncRunRepository`'s proxies: each `RunRepository` method through `run_sync`.",
-        imports=TYPES,
-        name="AsyncRunRepositoryCalls",
-        class_doc="The coroutine methods `AsyncRunRepository` (its only subclass) proxies.",
-        needs=ASYNC_REPOSITORY_NEEDS,
-        methods=async_repository_methods,
+        classes=(
+            Generated(
+                "AsyncJournalCalls",
+                "The coroutines `AsyncRunStore` and `AsyncRunRepository` share: each the"
+                " method of the same name of the synchronous one behind, awaited: the"
+                " `RunStore`'s off the event loop, the `RunRepository`'s in the transaction"
+                " (`run_sync`).",
+                ASYNC_JOURNAL_NEEDS,
+                async_journal_methods,
+            ),
+            Generated(
+                "AsyncRunStoreCalls",
+                "The coroutines of `AsyncRunStore` (its only subclass) of its own.",
+                ASYNC_STORE_NEEDS,
+                async_store_methods,
+                base="AsyncJournalCalls",
+            ),
+            Generated(
+                "AsyncRunRepositoryCalls",
+                "The coroutines of `AsyncRunRepository` (its only subclass) of its own.",
+                ASYNC_REPOSITORY_NEEDS,
+                async_repository_methods,
+                base="AsyncJournalCalls",
+            ),
+        ),
     ),
 }
-
-
-def definition(source: Source, texts: dict[Path, str]) -> ast.FunctionDef:
-    """The `def` of `source`, parsed from its module's text as this run writes it."""
-    text = texts.get(source.path) or source.path.read_text()
-    tree = ast.parse(text)
-    scope: list[ast.stmt] = tree.body
-    if source.owner is not None:
-        owner = next(
-            node
-            for node in tree.body
-            if isinstance(node, ast.ClassDef) and node.name == source.owner
-        )
-        scope = owner.body
-    return next(
-        node for node in scope if isinstance(node, ast.FunctionDef) and node.name == source.name
-    )
 
 
 def parameters(function: ast.FunctionDef, source: Source) -> tuple[str, str]:
@@ -364,7 +392,13 @@ def method_source(method: Method, texts: dict[Path, str]) -> str:
     function = definition(method.source, texts)
     signature, arguments = parameters(function, method.source)
     returns = "" if function.returns is None else f" -> {ast.unparse(result_of(function.returns))}"
+    if method.returns is not None:
+        returns = f" -> {method.returns}"
     docstring = ast.get_docstring(function)
+    if method.doc is not None:
+        docstring = (
+            textwrap.fill(method.doc.format(name=function.name), width=84) if docstring else None
+        )
     if not docstring:
         raise SystemExit(
             f"{method.source.path}:{function.lineno}: {function.name} has no docstring"
@@ -379,26 +413,37 @@ def method_source(method: Method, texts: dict[Path, str]) -> str:
     return textwrap.indent("\n".join(lines), "    ") + "\n"
 
 
+GENERATED = "Generated by tools/generate_methods.py: do not edit (CI runs it with `--check`)."
+TYPE_VARIABLES = {"P": 'P = ParamSpec("P")', "R": 'R = TypeVar("R")'}
+
+
+def class_source(generated: Generated, texts: dict[Path, str]) -> str:
+    methods = "\n".join(method_source(method, texts) for method in generated.methods())
+    return (
+        f"class {generated.name}({generated.base}):\n"
+        + textwrap.indent(f'"""{textwrap.fill(generated.doc, width=88)}"""', "    ")
+        + "\n\n"
+        + textwrap.indent(generated.needs.strip("\n"), "    ")
+        + "\n\n"
+        + methods
+    )
+
+
 def generated(path: Path, texts: dict[Path, str]) -> str:
     """`path`'s module written anew (its unused imports dropped and the rest formatted, as
     `ruff check --fix` and `ruff format` do)."""
     target = TARGETS[path]
-    methods = "\n".join(method_source(method, texts) for method in target.methods())
-    doc = textwrap.fill(
-        f"{target.doc} Generated by tools/generate_methods.py from the signatures it names:"
-        " do not edit; after changing one, run `python tools/generate_methods.py` (CI runs"
-        " it with `--check`).",
-        width=92,
+    classes = "\n\n".join(class_source(generated, texts) for generated in target.classes)
+    doc = textwrap.fill(f"{target.doc} {GENERATED}", width=92)
+    # the type variables the methods use (ruff keeps an unused assignment)
+    variables = "".join(
+        f"{line}\n" for name, line in TYPE_VARIABLES.items() if re.search(rf"\b{name}\b", classes)
     )
+    names = ", ".join(f'"{generated.name}"' for generated in target.classes)
     text = (
         f'"""{doc}\n"""\n\n'
-        f"from __future__ import annotations\n{target.imports}\n"
-        'P = ParamSpec("P")\nR = TypeVar("R")\n\n\n'
-        f'class {target.name}(ABC):\n    """{target.class_doc}"""\n\n'
-        + textwrap.indent(target.needs.strip("\n"), "    ")
-        + "\n\n"
-        + methods
-        + f'\n\n__all__ = ["{target.name}"]\n'
+        f"from __future__ import annotations\n{target.imports}\n{variables}\n\n"
+        f"{classes}\n\n__all__ = [{names}]\n"
     )
     return ruff(path, ruff(path, text, "check", "--fix-only", "--quiet"), "format")
 

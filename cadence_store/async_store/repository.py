@@ -1,7 +1,8 @@
 """`AsyncRunRepository`: the journal's rules inside a caller's `AsyncSession` transaction.
 
 Its journal methods are generated as source from `RunRepository`'s signatures in
-`repository_calls.py` (`tools/generate_methods.py`, checked in CI).
+`calls.py`, those it shares with `AsyncRunStore` in their common base
+(`tools/generate_methods.py`, checked in CI).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from ..journal.values import BindDelivery
 from ..repository.run_repository import Clock, RunRepository
 from ..storage.failures import WRITE, database_errors
-from .repository_calls import AsyncRunRepositoryCalls
+from ..store.run_store import RunStore
+from .calls import AsyncRunRepositoryCalls
 
 T = TypeVar("T")
 
@@ -84,6 +86,10 @@ class AsyncRunRepository(AsyncRunRepositoryCalls):
         sync = self.sync
         with database_errors(WRITE):
             return await self._greenlet_of.run_sync(lambda _: work(sync))
+
+    async def _on_sync(self, work: Callable[[RunStore | RunRepository], T]) -> T:
+        """`work(repository)`, inside this transaction (`run_sync`)."""
+        return await self.run_sync(work)
 
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (no database work)."""

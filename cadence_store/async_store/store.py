@@ -16,7 +16,8 @@ descriptions `RunStore` uses (`store/host_calls.py`), through the async side of 
 retry loop (`store/retries.py`).
 
 The proxies are generated as source from `RunStore`'s and `host_calls`' signatures in
-`store_calls.py` (`tools/generate_methods.py`, checked in CI).
+`calls.py`, those it shares with `AsyncRunRepository` in their common base
+(`tools/generate_methods.py`, checked in CI).
 """
 
 from __future__ import annotations
@@ -36,20 +37,20 @@ from ..errors import InvalidInputError, SchemaOutOfDateError, StoreUnavailableEr
 from ..journal import RunEvent
 from ..journal.feed import FeedItem
 from ..journal.validation import require_clock, require_root_hash
-from ..repository.run_repository import EVENT_BATCH, Clock
-from ..storage.engine import is_sqlite, missing_sqlite_file
+from ..repository.run_repository import EVENT_BATCH, Clock, RunRepository
+from ..storage.backends import backend_for
+from ..storage.engine import missing_sqlite_file
 from ..storage.failures import READ, database_errors
 from ..storage.schema import require_schema_name, schema_options, upgrade_command
 from ..storage.shape import assert_store_ready
 from ..store.failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
-from ..store.following import DEFAULT_POLL_S, Stop
 from ..store.host_calls import HostCall
 from ..store.retries import call_with_retries_async
 from ..store.run_store import RunStore
 from ..store.state_root import StateRoot
+from .calls import AsyncRunStoreCalls
 from .engine import async_database_url, create_async_store_engine, sync_twin_url
 from .following import follow_async
-from .store_calls import AsyncRunStoreCalls
 from .unit_of_work import AsyncUnitOfWork
 
 P = ParamSpec("P")
@@ -120,7 +121,7 @@ class AsyncRunStore(AsyncRunStoreCalls):
                     if self._threaded and not isinstance(read_bind, AsyncEngine)
                     else self._async_engine(read_bind, engine_options).sync_engine
                 )
-            if self.schema is not None and is_sqlite(self.engine.sync_engine):
+            if self.schema is not None and not backend_for(self.engine).named_schemas:
                 raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
             missing = missing_sqlite_file(self.engine.sync_engine)
             if missing is not None:
@@ -144,7 +145,7 @@ class AsyncRunStore(AsyncRunStoreCalls):
     @property
     def dialect_name(self) -> str:
         """The engine's name (`sqlite`, `postgresql`)."""
-        return str(self.engine.dialect.name)
+        return backend_for(self.engine).name
 
     @classmethod
     async def open(cls, root: StateRoot, *, clock: Clock | None = None) -> AsyncRunStore:
@@ -260,6 +261,10 @@ class AsyncRunStore(AsyncRunStoreCalls):
         store = await self._ready_store()
         return await self._off_the_loop(functools.partial(method, store, *args, **kwargs))
 
+    async def _on_sync(self, work: Callable[[RunStore | RunRepository], R]) -> R:
+        """`work(store)` on the `RunStore` behind this one, run off the event loop."""
+        return await self._on_store(work)
+
     async def _host_call(self, host: HostCall[T]) -> T:
         """A call with host code, in its own unit of work, through the one retry loop
         (`retries.call_with_retries_async`): retried whole after a lost race, re-run after
@@ -286,27 +291,11 @@ class AsyncRunStore(AsyncRunStoreCalls):
 
     # -- the journal feed, streamed ----------------------------------------------------------
 
-    async def follow(
-        self,
-        *,
-        after: int = 0,
-        run_id: str | None = None,
-        follower: str | None = None,
-        poll_s: float = DEFAULT_POLL_S,
-        stop: Stop = None,
-    ) -> AsyncIterator[FeedItem]:
-        """`RunStore.follow` as an async iterator (`async for`; see `following.py`):
-        leaving the loop (or cancelling it) stops the follower."""
+    async def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+        """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
         store = await self._ready_store()
         async for item in follow_async(
-            store,
-            after=after,
-            run_id=run_id,
-            follower=follower,
-            poll_s=poll_s,
-            stop=stop,
-            threaded=self._threaded,
-            run=self._off_the_loop,
+            store, threaded=self._threaded, run=self._off_the_loop, **arguments
         ):
             yield item
 

@@ -20,13 +20,13 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from ..errors import CadenceStoreError, InvalidInputError, SchemaOutOfDateError, StateRootError
 from ..journal import js_stringify
+from ..storage.backends import backend_of_url
 from ..storage.database_url import sync_twin_url
 from ..storage.engine import (
     create_store_engine,
     masked_url,
     missing_sqlite_file,
     parse_url,
-    sqlite_path_has_nul,
 )
 from ..storage.failures import translate_database_error
 from ..storage.schema import upgrade, upgrade_command
@@ -145,20 +145,18 @@ def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise InvalidInputError("invalid-database-url", str(error)) from None
     if missing_driver is not None:
         raise missing_driver
-    if parsed.get_backend_name() == "sqlite" and (
-        parsed.database in (None, "", ":memory:")
-        or str(parsed.query.get("mode")) == "memory"
-        or (parsed.database or "").startswith("file::memory:")
-    ):
+    backend = backend_of_url(parsed)
+    if backend is not None and backend.memory_only(parsed):
         # each command is one process: what it wrote would vanish as it exits
         raise InvalidInputError(
             "in-memory-database-refused",
             "an in-memory SQLite database lasts only as long as one command; "
             "give a file: --url sqlite:///PATH",
         )
-    if parsed.get_backend_name() == "sqlite" and parsed.database:
-        if sqlite_path_has_nul(parsed.database):
-            raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
+    if backend is not None and backend.embedded and parsed.database:
+        problem = backend.url_problem(parsed)
+        if problem is not None:
+            raise InvalidInputError("invalid-database-url", problem)
         try:
             os.stat(parsed.database)
         except OSError as error:
@@ -235,7 +233,8 @@ def schema_for(url: str | None, schema: str | None = None) -> str | None:
     command's `--schema`, else `$CADENCE_STORE_SCHEMA`. SQLite has no schemas, so a
     SQLite URL (or the embedded store) gets none: one setting serves a copy between the
     two engines."""
-    if not url or parse_url(url).get_backend_name() == "sqlite":
+    backend = backend_of_url(parse_url(url)) if url else None
+    if not url or (backend is not None and not backend.named_schemas):
         return None
     ctx = click.get_current_context(silent=True)
     given = None if ctx is None else ctx.meta.get(_SCHEMA_KEY)

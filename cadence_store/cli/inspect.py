@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..journal import RUN_STAGES, RUN_STATES, js_stringify
+from ..storage.backends import backend_for
 from ..storage.engine import create_store_engine, masked_url
 from ..storage.failures import READ, database_errors
 from ..storage.schema import current_revision, head_revision, schema_options, upgrade_command
@@ -63,7 +64,7 @@ def _store_details(engine: Engine, schema: str | None, root: StateRoot | None) -
     with database_errors(READ), engine.connect() as connection:
         connection.execution_options(**schema_options(schema))
         details: dict[str, Any] = {
-            "engine": f"{engine.dialect.name} ({engine.driver})",
+            "engine": f"{backend_for(engine).name} ({engine.driver})",
             "database": masked_url(engine.url),
         }
         if schema is not None:

@@ -47,6 +47,7 @@ def serve(host: str, port: int, url: str | None) -> None:
         import uvicorn
 
         from ..web import create_app
+        from ..web.process import freeze_startup_heap
     except ImportError as error:
         raise InvalidInputError(
             "web-extra-missing",
@@ -59,6 +60,7 @@ def serve(host: str, port: int, url: str | None) -> None:
         click.echo(f"cadence-store web view listening on http://{shown}:{bound_port}/")
         click.echo("Ctrl-C stops it")
         config = uvicorn.Config(create_app(store), log_level="warning", access_log=False)
+        freeze_startup_heap()  # the collector's full passes then walk what requests make
         try:
             uvicorn.Server(config).run(sockets=[listener])
         except KeyboardInterrupt:

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from ..errors import JournalIntegrityError
 from .canonical import JsonValueError, is_nested_too_deep, js_stringify, js_stringify_likely
+from .verification import Difference
 from .vocabulary import (
     COMMITTED,
     JOURNAL_RECEIPT_KIND_VALUES,
@@ -472,16 +473,9 @@ def _difference(
 
 def receipt_error(run_id: str, problem: ReceiptProblem) -> JournalIntegrityError:
     """The error naming the run, the operation id and what differs."""
-    return JournalIntegrityError(
-        problem.code,
-        f"run {run_id}: operation {problem.operation_id}: {problem.field}: "
-        f"expected {problem.expected!r}, stored {problem.actual!r}",
-        run_id=run_id,
-        sequence=problem.sequence,
-        expected=problem.expected,
-        actual=problem.actual,
-        operation_id=problem.operation_id,
-    )
+    found = Difference(problem.field, problem.expected, problem.actual, problem.sequence)
+    where = f"run {run_id}: operation {problem.operation_id}: "
+    return found.error(problem.code, run_id, where, problem.operation_id)
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..errors import JournalIntegrityError
 from .canonical import is_nested_too_deep, js_stringify
 
 Document = dict[str, Any]
@@ -44,7 +45,22 @@ class Difference:
     field: str
     expected: Any
     actual: Any
-    sequence: int
+    sequence: int | None
+
+    def error(
+        self, code: str, run_id: str, where: str = "", operation_id: str | None = None
+    ) -> JournalIntegrityError:
+        """The error naming the run, `where` it is (a prefix of the message) and what
+        differs: the field, the value the replay expects and the stored one."""
+        return JournalIntegrityError(
+            code,
+            f"{where}{self.field}: expected {self.expected!r}, stored {self.actual!r}",
+            run_id=run_id,
+            sequence=self.sequence,
+            expected=self.expected,
+            actual=self.actual,
+            operation_id=operation_id,
+        )
 
 
 def first_difference(expected: Document, actual: Document) -> tuple[str, Any, Any] | None:

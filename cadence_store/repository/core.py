@@ -39,7 +39,7 @@ from ..journal.vocabulary import (
     STATE_TRANSITIONED,
 )
 from ..storage.append_statements import UPSERT_RECEIPT
-from ..storage.dialects import DialectProfile
+from ..storage.backends import Backend
 from ..storage.failures import WRITE, database_errors
 from ..storage.rows import HeadRow, OperationRow
 from ..storage.run_statements import (
@@ -233,7 +233,7 @@ class JournalAccess:
             raise InvalidInputError("invalid-clock", "clock() must return int milliseconds")
         return now
 
-    def append_now(self, profile: DialectProfile | None = None) -> int | None:
+    def append_now(self, profile: Backend | None = None) -> int | None:
         """The time an append records: None lets the PostgreSQL server's clock stamp it
         in the same statement, as lease time does. `profile`: the transaction's, where
         the caller has it at hand."""

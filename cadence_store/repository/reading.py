@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from itertools import chain
 from typing import Any
@@ -54,6 +54,20 @@ def _whole_pages(
             yield first
         return
     yield from sql.raw_pages(query, EVENT_BATCH, run_id=run_id)
+
+
+# what a caller of `verify_integrity` may be handed: each page of the chain's event rows
+# as the replay reads it (`iter_event_rows`' columns), before the replay checks them
+EventPageObserver = Callable[[list[tuple[Any, ...]]], object]
+
+
+def _observed(
+    pages: Generator[list[tuple[Any, ...]]], observe: EventPageObserver
+) -> Generator[list[tuple[Any, ...]]]:
+    with closing(pages):
+        for page in pages:
+            observe(page)
+            yield page
 
 
 def _whole(
@@ -134,9 +148,12 @@ class RunReads:
         receipts: ReceiptVerifier | None = None,
         located: LocatedReceipts | None = None,
         first_events: list[tuple[Any, ...]] | None = None,
+        observe: EventPageObserver | None = None,
     ) -> Document:
         verifier = ChainVerifier()
         pages = self._event_pages(run_id, first_events)
+        if observe is not None:
+            pages = _observed(pages, observe)
         try:
             rows = chain.from_iterable(pages)
             decrease = replay_rows(verifier, rows, receipts, located)
@@ -168,12 +185,16 @@ class RunReads:
         self._access.require_head(self._access.read_statements(), run_id, lock=False)
         return projection_of(self._replay_chain(run_id))
 
-    def verify_integrity(self, run_id: str) -> RunProjection:
+    def verify_integrity(
+        self, run_id: str, observe: EventPageObserver | None = None
+    ) -> RunProjection:
         """Replay the chain and compare it with everything stored about the run: the
         projection (key order included), the run row's columns, the binding rows and the
-        operations rows (each journal receipt must be a projection the chain produced)."""
+        operations rows (each journal receipt must be a projection the chain produced).
+        `observe` is handed each page of event rows the replay reads (a caller that
+        shows the chain too reads it once; a chain that verifies was handed whole)."""
         try:
-            projection = self._verify_integrity(run_id)
+            projection = self._verify_integrity(run_id, observe)
         except JournalIntegrityError as error:
             logger.warning(
                 "cadence-store: run %s fails verification: %s (sequence %s)",
@@ -185,7 +206,7 @@ class RunReads:
         logger.debug("cadence-store: run %s verifies (%d events)", run_id, projection.sequence)
         return projection
 
-    def _verify_integrity(self, run_id: str) -> RunProjection:
+    def _verify_integrity(self, run_id: str, observe: EventPageObserver | None) -> RunProjection:
         require_run_id(run_id)
         sql = self._access.read_statements()
         # the first page of each read, sent together (one round trip on PostgreSQL: a
@@ -213,7 +234,7 @@ class RunReads:
         stream = _whole_pages(sql, located_page, LOCATED_RECEIPTS_OF_RUN, run_id)
         try:
             located = LocatedReceipts(chain.from_iterable(stream))
-            rebuilt = self._replay_chain(run_id, receipts, located, first_events)
+            rebuilt = self._replay_chain(run_id, receipts, located, first_events, observe)
             located_fault = located.finish()
         finally:
             stream.close()
@@ -224,15 +245,7 @@ class RunReads:
         columns = {name: getattr(row, name) for name, _ in MIRRORED_COLUMNS}
         difference = stored_difference(rebuilt, row.projection_json, columns, binding_rows)
         if difference is not None:
-            raise JournalIntegrityError(
-                "run-projection-integrity-mismatch",
-                f"{difference.field}: expected {difference.expected!r}, "
-                f"stored {difference.actual!r}",
-                run_id=run_id,
-                sequence=difference.sequence,
-                expected=difference.expected,
-                actual=difference.actual,
-            )
+            raise difference.error("run-projection-integrity-mismatch", run_id)
 
         def operations() -> list[OperationOfRunRow]:
             return sql.all(OPERATIONS_OF_RUN, run_id=run_id)

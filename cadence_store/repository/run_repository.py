@@ -1,18 +1,13 @@
 """`RunRepository`: the journal rules, inside a caller's SQLAlchemy `Session`.
 
 It never commits: whoever owns the session (a `UnitOfWork`, `RunStore`, or a host
-application) commits or rolls back the journal rows together with its own.
+application) commits or rolls back the journal rows together with its own. Hash-chain
+append and lease fencing are enforced inside the transaction, after the rows they depend
+on are locked, in one lock order (`core.py`).
 
-Hash-chain append and lease fencing are enforced inside the transaction, after the rows
-they depend on are locked, in one lock order (`core.py`).
-
-`RunRepository` states each call (its signature, its error boundary, its contract) and
-hands it to the part that does the work, one part a module: `starts` (starting runs,
-binding a change), `transitions`, `batches` (`transition_many`), `bindings` (delivery
-bindings), `leases`, `reading` (reads and verification), `feed`. They stand on `core`
-(`JournalAccess`: the transaction, clock, locks, heads and receipts) and `appender`
-(`EventAppender`: the chain's append, O(1) in the chain's length, on Core statements
-compiled once and run on the DB-API cursor, `storage/statements.py`).
+It states each call (signature, error boundary, contract) and hands it to the part that
+does the work, one part a module (annotated in the class), on `core` (`JournalAccess`:
+transaction, clock, locks, heads, receipts) and `appender` (`EventAppender`: the append).
 """
 
 from __future__ import annotations
@@ -27,21 +22,16 @@ from ..journal.feed import FeedItem
 from ..journal.validation import check_deliveries, check_delivery, require_clock, require_root_hash
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
-from ..journal.vocabulary import CHANGE_BOUND, COMMITTED, DELIVERY_BOUND, INTERRUPTED
 from ..storage.failures import READ, coded
 from ..storage.rows import UnnumberedRow
 from ..storage.schema import require_schema_name
-from ..telemetry import instrument
+from ..telemetry import traced
 from .appender import EventAppender
 from .batches import TransitionBatches
 from .bindings import DeliveryBindings
 from .core import (
     EVENT_BATCH,
-    LEASE,
-    START,
-    TRANSITIONED,
     Clock,
-    ExpiryNeeded,
     JournalAccess,
     journal_write,
     system_clock,
@@ -54,7 +44,6 @@ from .transaction import JournalTransaction
 from .transitions import Transitions
 
 
-@instrument
 class RunRepository:
     """The journal's rules on a caller's session; one method call reads and writes rows,
     it never commits."""
@@ -93,8 +82,7 @@ class RunRepository:
         self.schema = schema
         access = JournalAccess(transaction, clock)
         appender = EventAppender(access)
-        leases = Leases(access)
-        self._leases = leases
+        self._leases = leases = Leases(access)
         self._starts = RunStarts(access, appender, root_hash)
         self._transitions = Transitions(access, appender, leases)
         self._batches = TransitionBatches(access)
@@ -117,8 +105,7 @@ class RunRepository:
         """The engine's name (`sqlite`, `postgresql`), None while not known yet."""
         return self.transaction.dialect_name
 
-    # -- runs --------------------------------------------------------------------------
-
+    @traced
     @journal_write
     def start_run(
         self,
@@ -139,6 +126,7 @@ class RunRepository:
             stage, operation_id, change, provisional_key, provisional_aliases
         )
 
+    @traced
     @journal_write
     def bind_change(self, run_id: str, change: str, *, operation_id: str) -> RunProjection:
         """Give the design run `run_id` its `change` (a `change-bound` event); returns the
@@ -146,8 +134,7 @@ class RunRepository:
         change) is refused with `change-binding-not-allowed`."""
         return self._starts.bind_change(run_id, change, operation_id=operation_id)
 
-    # -- transitions -------------------------------------------------------------------
-
+    @traced
     def transition(
         self,
         run_id: str,
@@ -168,6 +155,7 @@ class RunRepository:
         )
         return projection
 
+    @traced
     @journal_write
     def transition_once(
         self,
@@ -191,6 +179,7 @@ class RunRepository:
         """
         return self._transitions.transition_once(run_id, to, operation_id, code, lease)
 
+    @traced
     def transition_many(
         self, requests: Iterable[Transition | Mapping[str, Any]]
     ) -> list[RunProjection]:
@@ -198,6 +187,7 @@ class RunRepository:
         after each request, in order."""
         return [projection for projection, _ in self.transition_many_once(requests)]
 
+    @traced
     @journal_write
     def transition_many_once(
         self, requests: Iterable[Transition | Mapping[str, Any]]
@@ -212,8 +202,7 @@ class RunRepository:
         kind, bad input) raises its error, and nothing of the batch is written."""
         return self._batches.transition_many_once(requests)
 
-    # -- delivery bindings -------------------------------------------------------------
-
+    @traced
     @journal_write
     def bind_delivery(
         self,
@@ -236,10 +225,12 @@ class RunRepository:
         )
         return self._bindings.bind_delivery(request)
 
+    @traced
     def check_deliveries(self, inputs: object) -> list[BindDelivery]:
         """Validate the inputs of `bind_deliveries_atomically` (cadence 1.x rules)."""
         return check_deliveries(inputs)
 
+    @traced
     def bind_deliveries(
         self, requests: Iterable[BindDelivery | Mapping[str, Any]]
     ) -> RunProjection:
@@ -247,6 +238,7 @@ class RunRepository:
         projection, _ = self.bind_deliveries_once(requests)
         return projection
 
+    @traced
     @journal_write
     def bind_deliveries_once(
         self, requests: Iterable[BindDelivery | Mapping[str, Any]]
@@ -260,8 +252,7 @@ class RunRepository:
         them once. The inputs follow `bind_deliveries_atomically`'s rules."""
         return self._bindings.bind_deliveries_once(requests)
 
-    # -- leases ------------------------------------------------------------------------
-
+    @traced
     @journal_write
     def acquire_lease(
         self,
@@ -284,18 +275,21 @@ class RunRepository:
             run_id, operation_id, ttl_ms, preempt, exclusive, lease_token
         )
 
+    @traced
     @journal_write
     def renew_lease(self, lease: OperationLease | Mapping[str, Any], ttl_ms: int) -> OperationLease:
         """Extend a live lease to `ttl_ms` from now (same token and fence); `lease-fenced` if
         it is no longer the live grant."""
         return self._leases.renew_lease(lease, ttl_ms)
 
+    @traced
     @journal_write
     def assert_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         """Raise `LeaseFencedError` (`lease-fenced`) unless `lease` is the live grant of its
         operation; writes nothing."""
         self._leases.assert_lease(lease)
 
+    @traced
     @journal_write
     def commit_lease(
         self, lease: OperationLease | Mapping[str, Any], outcome: Mapping[str, Any]
@@ -305,12 +299,14 @@ class RunRepository:
         outcome stays; `inspect_operation` shows it)."""
         return self._leases.commit_lease(lease, outcome)
 
+    @traced
     @journal_write
     def interrupt_lease(self, lease: OperationLease | Mapping[str, Any]) -> None:
         """End a live lease without an outcome, marking the operation interrupted (another
         holder may then acquire it)."""
         self._leases.interrupt_lease(lease)
 
+    @traced
     @journal_write
     def finished_lease(
         self,
@@ -325,6 +321,7 @@ class RunRepository:
         finish from an identical one; the recorded result is the same either way."""
         return self._leases.finished_lease(lease, state, outcome)
 
+    @traced
     @journal_write
     def inspect_operation(
         self, run_id: str, operation_id: str, *, expire: bool = True
@@ -334,13 +331,13 @@ class RunRepository:
         `expire=False` (a read on a standby), which raises `ExpiryNeeded` instead."""
         return self._leases.inspect_operation(run_id, operation_id, expire)
 
+    @traced
     @journal_write
     def recover_expired_leases(self) -> int:
         """Mark every expired running lease interrupted; returns how many were."""
         return self._leases.recover_expired_leases()
 
-    # -- reads and verification ----------------------------------------------------------
-
+    @traced
     @coded(READ)
     def recorded_outcome(self, run_id: str, operation_id: str, kind: str) -> RunProjection | None:
         """The projection a journal operation id (`kind`: its event type) recorded when it
@@ -349,11 +346,13 @@ class RunRepository:
         check (its lease was live when it committed; it may have expired since)."""
         return self._reads.recorded_outcome(run_id, operation_id, kind)
 
+    @traced
     @coded(READ)
     def status(self, run_id: str) -> RunProjection:
         """The run's stored projection (no replay); `run-not-found` if there is none."""
         return self._reads.status(run_id)
 
+    @traced
     @coded(READ)
     def iter_event_rows(self, run_id: str) -> Iterator[tuple[Any, ...]]:
         """(sequence, type, payload_json, prior_hash, event_hash, recorded_at) in order,
@@ -361,22 +360,26 @@ class RunRepository:
         an `EventRow` per row would cost verification time."""
         yield from self._reads.iter_event_rows(run_id)
 
+    @traced
     @coded(READ)
     def iter_events(self, run_id: str) -> Iterator[RunEvent]:
         """The run's events in sequence order, read in batches."""
         yield from self._reads.iter_events(run_id)
 
+    @traced
     @coded(READ)
     def list_events(self, run_id: str) -> list[RunEvent]:
         """The run's events in sequence order (`iter_events` streams them instead)."""
         return list(self._reads.iter_events(run_id))
 
+    @traced
     @coded(READ)
     def rebuild_projection(self, run_id: str) -> RunProjection:
         """Replay the run's events and return the projection they produce (without comparing
         it with the stored one: that is `verify_integrity`)."""
         return self._reads.rebuild_projection(run_id)
 
+    @traced
     @coded(READ)
     def verify_integrity(self, run_id: str) -> RunProjection:
         """Replay the chain and compare it with everything stored about the run: the
@@ -384,11 +387,13 @@ class RunRepository:
         operations rows (each journal receipt must be a projection the chain produced)."""
         return self._reads.verify_integrity(run_id)
 
+    @traced
     @coded(READ)
     def run_ids(self) -> list[str]:
         """Every run id in the store, sorted."""
         return self._reads.run_ids()
 
+    @traced
     @coded(READ)
     def list_runs(
         self,
@@ -406,26 +411,26 @@ class RunRepository:
 
         `stage` / `state`: one name or several; `limit`: at most that many; `after`: the
         last run id of the previous page (keyset pagination). Runs of every root hash
-        unless `root_hash` is given. `updated_after` / `updated_before`: runs last
-        appended to strictly after / before that time (ms; runs without times never match).
-        """
+        unless `root_hash` is given. `updated_after` / `updated_before`: runs last appended
+        to strictly after / before that time (ms; runs without times never match)."""
         return self._reads.list_runs(
             stage, state, change, limit, after, root_hash, updated_after, updated_before
         )
 
+    @traced
     @coded(READ)
     def run_detail(self, run_id: str) -> RunDetail:
         """The run's projection, binding rows, operations (leases judged by the clock)
         and state timeline."""
         return self._reads.run_detail(run_id)
 
+    @traced
     @coded(READ)
     def counts(self) -> StoreCounts:
         """Rows of runs, events, operations and bindings, and runs per state."""
         return self._reads.counts()
 
-    # -- the feed ------------------------------------------------------------------------
-
+    @traced
     @coded(READ)
     def read_feed(
         self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
@@ -444,11 +449,13 @@ class RunRepository:
         is numbered."""
         return self._feed.read_feed(after, limit, run_id)
 
+    @traced
     @coded(READ)
     def feed_unnumbered(self) -> UnnumberedRow | None:
         """None when every event has a feed position; else who may number them."""
         return self._feed.feed_unnumbered()
 
+    @traced
     @journal_write
     def number_feed(self) -> int:
         """Give the events committed without a position theirs (PostgreSQL; on SQLite an
@@ -457,6 +464,7 @@ class RunRepository:
         so commit it soon (see `storage.feed_statements`)."""
         return self._feed.number_feed()
 
+    @traced
     @coded(READ)
     def newest_feed(self, limit: int) -> list[FeedItem]:
         """The `limit` newest numbered feed items, newest first. It numbers nothing, so it
@@ -464,11 +472,13 @@ class RunRepository:
         position are not among them yet."""
         return self._feed.newest_feed(limit)
 
+    @traced
     @coded(READ)
     def follower_position(self, follower: str) -> int:
         """The position `follower` recorded last (`record_position`), 0 if none."""
         return self._feed.follower_position(follower)
 
+    @traced
     @journal_write
     def record_position(self, follower: str, position: int, *, rewind: bool = False) -> None:
         """Record that `follower` has applied every item up to `position`, in this
@@ -481,16 +491,8 @@ class RunRepository:
 
 
 __all__ = [
-    "CHANGE_BOUND",
-    "COMMITTED",
-    "DELIVERY_BOUND",
     "EVENT_BATCH",
-    "INTERRUPTED",
-    "LEASE",
-    "START",
-    "TRANSITIONED",
     "Clock",
-    "ExpiryNeeded",
     "RunRepository",
     "check_delivery",
     "system_clock",

@@ -38,13 +38,12 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from ..errors import StoreUnavailableError, TransactionAbortedError
 from ..journal.documents import Document, parse_document
-from ..storage.dialects import DialectProfile, profile_of
-from ..storage.engine import begin_immediate, begins_immediate
+from ..storage.backends import Backend, backend_for
 from ..storage.failures import is_database_error
 from ..storage.feed_notifier import wake_followers
 from ..storage.shape import assert_store_ready
 from ..storage.statements import Statements
-from ..telemetry import count_committed, note_appended
+from ..telemetry_state import count_committed, note_appended
 
 
 @dataclass(slots=True)
@@ -96,7 +95,7 @@ class JournalTransaction:
 
     def __init__(
         self,
-        profile: DialectProfile | None,
+        profile: Backend | None,
         schema: str | None,
         *,
         owned: bool,
@@ -133,7 +132,7 @@ class JournalTransaction:
     @classmethod
     def on_pooled(
         cls,
-        profile: DialectProfile,
+        profile: Backend,
         raw: Any,
         statements: Statements,
         schema: str | None,
@@ -175,7 +174,7 @@ class JournalTransaction:
         refused before it runs."""
         raw = connection.connection.dbapi_connection
         transaction = cls(
-            profile_of(connection.dialect),
+            backend_for(connection.dialect),
             schema,
             owned=True,
             connection=connection,
@@ -205,15 +204,15 @@ class JournalTransaction:
             return self._profile.name
         assert self._host_session is not None
         try:
-            return str(self._host_session.get_bind().dialect.name)
-        except Exception:  # no bind (yet): nothing to name
+            return backend_for(self._host_session.get_bind()).name
+        except Exception:  # no bind (yet), or no engine cadence-store serves: nothing to name
             return None
 
     @property
-    def profile(self) -> DialectProfile:
+    def profile(self) -> Backend:
         profile = self._profile
         if profile is None:
-            profile = self._profile = profile_of(self._host_connection().dialect)
+            profile = self._profile = backend_for(self._host_connection().dialect)
         return profile
 
     @property
@@ -254,13 +253,7 @@ class JournalTransaction:
             assert_store_ready(connection, self.schema)
             self._ready = True
         if write and self._connection is None and self.profile.begins_immediate:
-            raw = connection.connection.dbapi_connection
-            if (
-                raw is not None
-                and not begins_immediate(connection.engine)
-                and not self.profile.in_transaction(raw)
-            ):
-                begin_immediate(connection)
+            self.profile.lock_host_write(connection)
         statements = Statements(connection, self.schema)
         if self._owned:
             # a unit of work's connection and transaction are this object's for life
@@ -294,7 +287,7 @@ class JournalTransaction:
             return None
         return head
 
-    def keep_head(self, head: RunHead, *, appended: DialectProfile | None = None) -> None:
+    def keep_head(self, head: RunHead, *, appended: Backend | None = None) -> None:
         """Keep `head` for the rest of this transaction (a transaction that keeps none,
         a host session's, ignores it). `appended`: an event was appended, leaving its run
         at `head` (this transaction's profile): counted and followers woken once this
@@ -329,7 +322,7 @@ class JournalTransaction:
 
     # -- the feed ---------------------------------------------------------------------------
 
-    def note_append(self, profile: DialectProfile | None = None, count: int = 1) -> None:
+    def note_append(self, profile: Backend | None = None, count: int = 1) -> None:
         """`count` events were written: once this transaction commits, they are counted
         (`cadence_store.events.appended`; never if it rolls back) and followers are woken
         (PostgreSQL: `storage.feed_notifier`; SQLite's followers see the file change). A

@@ -18,9 +18,7 @@ from sqlalchemy import (
     Insert,
     Update,
     bindparam,
-    cast,
     exists,
-    extract,
     func,
     insert,
     literal,
@@ -28,11 +26,10 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from ..journal.vocabulary import COMMITTED
-from .feed_statements import feed_position_on_insert
+from .backends import POSTGRESQL, Backend
 from .models import events, operations, runs
 from .rows import AppendedRow
 from .statements import Query, Write, bound
@@ -56,9 +53,8 @@ ADVANCED_COLUMNS: Final = (
 )
 
 
-def upsert_receipt(dialect_name: str) -> ClauseElement:
-    dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
-    statement = dialect_insert(operations).values(
+def upsert_receipt(backend: Backend) -> ClauseElement:
+    statement = backend.upsert_insert(operations).values(
         run_id=bindparam("run_id"),
         operation_id=bindparam("operation_id"),
         kind=bindparam("kind"),
@@ -78,27 +74,17 @@ def upsert_receipt(dialect_name: str) -> ClauseElement:
     )
 
 
-def server_time_ms() -> ColumnElement[int]:
-    """The PostgreSQL server's clock in integer milliseconds (floored, as `system_clock`).
-
-    `clock_timestamp()`, not `now()`: the time when the row is produced, not when the
-    transaction began."""
-    return cast(func.floor(extract("epoch", func.clock_timestamp()) * 1000), BigInteger)
-
-
-def append_time(dialect_name: str, now: ColumnElement[int] | None = None) -> ColumnElement[int]:
+def append_time(backend: Backend, now: ColumnElement[int] | None = None) -> ColumnElement[int]:
     """The time an append records: `now` (by default the bound `now`: the store's clock,
     milliseconds), or, on PostgreSQL when it is NULL, the server's clock read by the
-    statement itself (COALESCE evaluates it only then)."""
+    statement itself (`Backend.append_time`)."""
     if now is None:
         now = bindparam("now", type_=BigInteger)
-    if dialect_name != "postgresql":
-        return now
-    return func.coalesce(now, server_time_ms())
+    return backend.append_time(now)
 
 
 def not_before(
-    dialect_name: str, previous: ColumnElement[int | None], now: ColumnElement[int] | None = None
+    backend: Backend, previous: ColumnElement[int | None], now: ColumnElement[int] | None = None
 ) -> ColumnElement[int]:
     """`append_time`, or `previous` if that is later.
 
@@ -107,10 +93,7 @@ def not_before(
     readers page and filter by them (`updated_after=`), and "recorded later" must keep
     meaning "appended later" within a run. So an event is stamped no earlier than the
     run's `updated_at`, which is the last event's stamp."""
-    if dialect_name == "postgresql":
-        return func.greatest(append_time(dialect_name, now), previous)  # NULLs are ignored
-    now = append_time(dialect_name, now)
-    return func.max(now, func.coalesce(previous, now))  # SQLite's max() of NULL is NULL
+    return backend.later_of(append_time(backend, now), previous)
 
 
 def run_updated_at() -> ColumnElement[int | None]:
@@ -118,9 +101,9 @@ def run_updated_at() -> ColumnElement[int | None]:
     return select(runs.c.updated_at).where(RUN_MATCH).scalar_subquery()
 
 
-def insert_run(dialect_name: str) -> Insert:
+def insert_run(backend: Backend) -> Insert:
     """A new run row, created and updated at one `append_time` (computed once)."""
-    moment = select(append_time(dialect_name).label("now")).subquery("moment")
+    moment = select(append_time(backend).label("now")).subquery("moment")
     columns = [
         "run_id",
         "root_hash",
@@ -143,7 +126,7 @@ def insert_run(dialect_name: str) -> Insert:
     )
 
 
-def advance_run(dialect_name: str) -> Update:
+def advance_run(backend: Backend) -> Update:
     """Move a run's head on, only from the head the new event was computed from (a
     compare-and-set: a head that moved meanwhile updates nothing, and forks nothing)."""
     return (
@@ -154,17 +137,17 @@ def advance_run(dialect_name: str) -> Update:
             runs.c.event_hash == bindparam("prior_hash"),
         )
         .values(
-            updated_at=not_before(dialect_name, runs.c.updated_at),
+            updated_at=not_before(backend, runs.c.updated_at),
             **bound(*ADVANCED_COLUMNS),
         )
     )
 
 
-def append_recorded(*, known: bool = False) -> ClauseElement:
+def append_recorded(backend: Backend = POSTGRESQL, *, known: bool = False) -> ClauseElement:
     """`advance_unrecorded`, and from the run it advanced the event and the receipt, in
-    one statement: the count of runs advanced (0: nothing was written). `known`: from a
-    remembered head (`KNOWN_PROJECTION`)."""
-    advance = advance_run("postgresql").where(~exists().where(OPERATION_MATCH))
+    one statement (`Backend.one_statement_append`): the count of runs advanced (0:
+    nothing was written). `known`: from a remembered head (`KNOWN_PROJECTION`)."""
+    advance = advance_run(backend).where(~exists().where(OPERATION_MATCH))
     if known:
         advance = advance.where(KNOWN_PROJECTION)
     advanced = advance.returning(runs.c.run_id, runs.c.updated_at).cte("advanced_run")
@@ -187,7 +170,7 @@ def append_recorded(*, known: bool = False) -> ClauseElement:
             bindparam("prior_hash", type_=events.c.prior_hash.type),
             bindparam("event_hash", type_=events.c.event_hash.type),
             advanced.c.updated_at,
-            feed_position_on_insert("postgresql"),  # INSERT_EVENT's value
+            backend.feed_position_on_insert(),  # INSERT_EVENT's value
         ),
     )
     recorded = insert(operations).from_select(
@@ -211,17 +194,12 @@ def append_recorded(*, known: bool = False) -> ClauseElement:
 UPSERT_RECEIPT: Final = Write("upsert_receipt", upsert_receipt)
 INSERT_EVENT: Final = Write(
     "insert_event",
-    lambda dialect_name: events.insert().values(
-        run_id=bindparam("run_id"),
-        sequence=bindparam("sequence"),
-        type=bindparam("type"),
-        payload_json=bindparam("payload_json"),
-        prior_hash=bindparam("prior_hash"),
-        event_hash=bindparam("event_hash"),
+    lambda backend: events.insert().values(
+        **bound("run_id", "sequence", "type", "payload_json", "prior_hash", "event_hash"),
         # written right after its run row: the time that row was stamped with
         recorded_at=run_updated_at(),
         # its place in the journal feed (SQLite; PostgreSQL: given after commit)
-        feed_position=feed_position_on_insert(dialect_name),
+        feed_position=backend.feed_position_on_insert(),
     ),
 )
 INSERT_RUN: Final = Write("insert_run", insert_run)
@@ -229,19 +207,17 @@ ADVANCE_RUN: Final = Write("advance_run", advance_run)
 # the same, only while the operation id has no row yet (the receipt is written next)
 ADVANCE_UNRECORDED: Final = Write(
     "advance_unrecorded",
-    lambda dialect_name: advance_run(dialect_name).where(~exists().where(OPERATION_MATCH)),
+    lambda backend: advance_run(backend).where(~exists().where(OPERATION_MATCH)),
 )
 # `ADVANCE_UNRECORDED` from a remembered head
 ADVANCE_KNOWN: Final = Write(
     "advance_known",
-    lambda dialect_name: advance_run(dialect_name).where(
-        KNOWN_PROJECTION, ~exists().where(OPERATION_MATCH)
-    ),
+    lambda backend: advance_run(backend).where(KNOWN_PROJECTION, ~exists().where(OPERATION_MATCH)),
 )
 # all three writes of a recorded append as one statement (PostgreSQL: one round trip)
-APPEND_RECORDED: Final = Query("append_recorded", lambda _: append_recorded(), AppendedRow)
+APPEND_RECORDED: Final = Query("append_recorded", append_recorded, AppendedRow)
 APPEND_RECORDED_KNOWN: Final = Query(
-    "append_recorded_known", lambda _: append_recorded(known=True), AppendedRow
+    "append_recorded_known", lambda backend: append_recorded(backend, known=True), AppendedRow
 )
 INSERT_RECEIPT: Final = Write(
     "insert_receipt",

@@ -91,7 +91,8 @@ _SQLITE_FLAGS: Final = ("check_same_thread", "uri")
 _TRUE_FALSE: Final = frozenset({"true", "false", "1", "0", "yes", "no", "on", "off"})
 
 
-def _check_sqlite_query(url: URL) -> None:
+def check_sqlite_query(url: URL) -> None:
+    """A SQLite URL's query parameters checked (`timeout` a number, flags booleans)."""
     for key, kind in _SQLITE_NUMBERS.items():
         if key in url.query:
             value = _single(url, key)
@@ -146,16 +147,9 @@ def driver_name(url: URL) -> str | None:
         return None
 
 
-def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
-    """`url` without the query parameters that are the driver's own arguments, and those
-    arguments converted to their types (for `connect_args`); every other parameter checked.
-    """
-    backend, driver = url.get_backend_name(), driver_name(url)
-    if backend == "sqlite":
-        _check_sqlite_query(url)
-        return url, {}
-    if backend != "postgresql" or driver != "psycopg":
-        return url, {}
+def psycopg_options(url: URL) -> tuple[URL, dict[str, Any]]:
+    """A psycopg URL without psycopg's own arguments (`prepare_threshold`), typed, and
+    every libpq parameter of its query checked."""
     arguments: dict[str, Any] = {}
     if "prepare_threshold" in url.query:
         arguments["prepare_threshold"] = _prepare_threshold(_single(url, "prepare_threshold"))
@@ -169,16 +163,23 @@ def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
     return url.difference_update_query(PSYCOPG_ARGUMENTS), arguments
 
 
+def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
+    """`url` without the query parameters that are the driver's own arguments, and those
+    arguments converted to their types (for `connect_args`); every other parameter checked
+    (by the URL's backend: an engine cadence-store does not serve is left to
+    `create_engine`)."""
+    from .backends import backend_of_url  # the backends build on this module's checks
+
+    backend = backend_of_url(url)
+    return (url, {}) if backend is None else backend.url_arguments(url)
+
+
 def sync_twin_url(url: URL) -> URL | None:
     """The same database through its sync driver (pysqlite, psycopg): for the worker
     thread that serves `AsyncRunStore`'s calls without host callbacks, and for the command
     line given an async URL. None where there is no such twin (an in-memory SQLite
     database is private to its connection)."""
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "sqlite" and driver == "aiosqlite":
-        if url.database in (None, "", ":memory:") or "mode=memory" in str(url):
-            return None
-        return url.set(drivername="sqlite+pysqlite")
-    if backend == "postgresql" and driver in ("psycopg", "psycopg_async"):
-        return url.set(drivername="postgresql+psycopg")
-    return None
+    from .backends import backend_of_url
+
+    backend = backend_of_url(url)
+    return None if backend is None else backend.sync_twin(url)

@@ -1,91 +1,42 @@
 """Engines: creating cadence-store's own, and `configure_engine` for a host's.
 
-SQLite needs two things for concurrent writers (see NOTES-engines): `foreign_keys` set on
-connect (it is a no-op inside a transaction) and write transactions that begin
-IMMEDIATE (a deferred transaction that reads then writes fails at once under a concurrent
-writer, ignoring busy_timeout). cadence-store never alters a host's engine by itself: its
-own transactions on an unconfigured engine send `BEGIN IMMEDIATE` on their connection;
-`configure_engine` is the host's opt-in that makes every transaction of the engine so.
+What differs between the engines is their backend's (`backends`): the connections'
+settings, how a write transaction begins, a read snapshot. cadence-store never alters a
+host's engine by itself: `configure_engine` is the host's opt-in.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from ..errors import InvalidInputError
-from .call_budget import bound_attempts
-from .database_url import driver_name, driver_options
+from .backends import backend_for, backend_of_url
 from .database_url import parse_url as _parse_url
+from .pg_prepare import use_prepare_policy
 
 parse_url = _parse_url  # callers import it from here
 
-BUSY_TIMEOUT_MS: Final = 10_000
-
-_immediate_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-_CONFIGURED: Final = "cadence_store.configured"  # a pooled connection's mark (record.info)
-
-
-def is_sqlite(bind: Engine | Connection) -> bool:
-    return bind.dialect.name == "sqlite"
-
-
-def is_postgresql(bind: Engine | Connection) -> bool:
-    return bind.dialect.name == "postgresql"
-
-
-def begins_immediate(engine: Engine) -> bool:
-    """Whether every transaction of `engine` already begins IMMEDIATE (configure_engine)."""
-    return engine in _immediate_engines
-
-
-def driver_in_transaction(raw: Any) -> bool:
-    """Whether a SQLite driver connection has a transaction open: sqlite3's
-    `in_transaction`, or through aiosqlite's adapted connection, its driver connection's."""
-    state = getattr(raw, "in_transaction", None)
-    if state is None:
-        state = getattr(getattr(raw, "driver_connection", None), "in_transaction", True)
-    return bool(state)
-
-
-def sqlite_path_has_nul(database: str | None) -> bool:
-    """Whether a SQLite URL's path names a NUL byte, as `\\x00` or as `%00`: SQLAlchemy 2.1
-    decodes percent escapes in the path and 2.0 keeps them, and both mean a NUL here."""
-    return database is not None and ("\x00" in database or "%00" in database)
-
-
-def _set_session_pragmas(dbapi_connection: Any, *, wal: bool) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if wal:
-            cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = FULL")
-    finally:
-        cursor.close()
-
 
 def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
-    """An engine for cadence-store's own use.
+    """An engine for cadence-store's own use, set up by its backend
+    (`Backend.prepare_engine`).
 
     On SQLite each connection gets foreign_keys, busy_timeout and synchronous=FULL, but
     not journal_mode=WAL: that pragma rewrites the file, and a database must be checked
-    (adoption, head revision) before anything changes it. `enable_wal` follows the check.
+    (adoption, head revision) before anything changes it (`Backend.after_upgrade`).
 
-    On psycopg, statements are never prepared on the server (`prepare_threshold=None`,
-    unless the URL or `connect_args` say otherwise): behind a transaction pooler
-    (PgBouncer) the next transaction may run on another server connection, where the
-    prepared statement does not exist or is another one. Each attempt of a call is
-    bounded by what is left of its `failover_timeout_s` (`call_budget`).
+    On psycopg, statements are prepared on the server, unless the engine is reached
+    through a pooler or the URL or `connect_args` name a `prepare_threshold`
+    (`pg_prepare`). Each attempt of a call is bounded by what is left of its
+    `failover_timeout_s` (`call_budget`).
     """
     parsed, engine_options = store_engine_arguments(parse_url(url), engine_options)
     try:
@@ -93,13 +44,18 @@ def create_store_engine(url: str | URL, **engine_options: Any) -> Engine:
     except (ImportError, NoSuchModuleError, ArgumentError, TypeError, ValueError) as error:
         # an unknown dialect, a driver that is not installed, or bad engine options
         raise InvalidInputError("invalid-database-url", type(error).__name__) from None
-    if is_sqlite(engine) and sqlite_path_has_nul(engine.url.database):
+    try:
+        backend = backend_for(engine)
+    except InvalidInputError:
         engine.dispose()
-        # no file can have this name (the driver would raise a bare ValueError)
-        raise InvalidInputError("invalid-database-url", "the SQLite path holds a NUL byte")
-    use_store_pragmas(engine)
-    if is_postgresql(engine):
-        bound_attempts(engine)
+        raise
+    problem = backend.url_problem(engine.url)
+    if problem is not None:
+        engine.dispose()
+        raise InvalidInputError("invalid-database-url", problem)
+    backend.prepare_engine(engine)
+    use_prepare_policy(engine, engine_options.get("connect_args") or {}, masked_url(parsed))
+    backend.bound_attempts(engine)
     return engine
 
 
@@ -107,42 +63,34 @@ def store_engine_arguments(
     parsed: URL, engine_options: dict[str, Any]
 ) -> tuple[URL, dict[str, Any]]:
     """The URL and engine options of an engine cadence-store makes (sync or async): the
-    URL's query parameters checked and typed (`database_url.driver_options`), and on
-    psycopg no statement prepared on the server unless the caller says otherwise."""
-    parsed, arguments = driver_options(parsed)
-    if parsed.get_backend_name() == "postgresql" and driver_name(parsed) == "psycopg":
-        connect_args = {"prepare_threshold": None, **arguments}
-        connect_args.update(engine_options.get("connect_args") or {})
-        engine_options = {**engine_options, "connect_args": connect_args}
-    elif arguments:
+    URL's query parameters checked and typed (`Backend.url_arguments`) among the
+    driver's `connect_args` (the caller's win)."""
+    backend = backend_of_url(parsed)
+    if backend is None:
+        return parsed, engine_options  # `create_engine` says what is wrong with it
+    parsed, arguments = backend.url_arguments(parsed)
+    if arguments:
         connect_args = {**arguments, **(engine_options.get("connect_args") or {})}
         engine_options = {**engine_options, "connect_args": connect_args}
     return parsed, engine_options
 
 
 def use_store_pragmas(engine: Engine) -> None:
-    """On SQLite, give each new connection of cadence-store's own `engine` (an async
-    engine's `sync_engine` too) foreign_keys, busy_timeout and synchronous=FULL."""
-    if is_sqlite(engine):
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            _set_session_pragmas(dbapi_connection, wal=False)
+    """Give each new connection of cadence-store's own `engine` (an async engine's
+    `sync_engine` too) its backend's settings (SQLite: foreign_keys, busy_timeout and
+    synchronous=FULL)."""
+    backend_for(engine).prepare_engine(engine)
 
 
 def missing_sqlite_file(engine: Engine) -> str | None:
-    """The path of a SQLite file database that does not exist (connecting would create an
+    """The path of a file database that does not exist (connecting would create an
     empty one), else None."""
-    database = engine.url.database
-    if not is_sqlite(engine) or database in (None, "", ":memory:") or database.startswith("file:"):
-        return None
-    return None if os.path.exists(database) else database
+    return backend_for(engine).missing_file(engine)
 
 
 def enable_wal(connection: Connection) -> None:
     """Switch a SQLite file database to WAL (persistent; call outside a transaction)."""
-    if is_sqlite(connection) and connection.engine.url.database not in (None, "", ":memory:"):
-        connection.exec_driver_sql("PRAGMA journal_mode = WAL")
+    backend_for(connection).after_upgrade(connection)
 
 
 def configure_engine(engine: Engine) -> Engine:
@@ -154,29 +102,7 @@ def configure_engine(engine: Engine) -> Engine:
     they are. Idempotent, and in either order with `upgrade(engine)`: a connection the
     engine's pool made before is configured when it is next checked out.
     """
-    if not is_sqlite(engine) or engine in _immediate_engines:
-        return engine
-
-    def configure(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        _set_session_pragmas(dbapi_connection, wal=True)
-        record.info[_CONFIGURED] = True
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, record: Any) -> None:
-        configure(dbapi_connection, record)
-
-    @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        if not record.info.get(_CONFIGURED):
-            configure(dbapi_connection, record)
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection) -> None:
-        begin_immediate(connection)
-
-    _immediate_engines.add(engine)
-    return engine
+    return backend_for(engine).configure_host_engine(engine)
 
 
 def begin_write(connection: Connection) -> None:
@@ -184,11 +110,7 @@ def begin_write(connection: Connection) -> None:
 
     On an engine from `configure_engine` the begin event already emits BEGIN IMMEDIATE.
     """
-    if connection.in_transaction():
-        return
-    connection.begin()  # SQLAlchemy's transaction; pysqlite sends nothing for it
-    if is_sqlite(connection) and not begins_immediate(connection.engine):
-        begin_immediate(connection)
+    backend_for(connection).begin_write(connection)
 
 
 @contextmanager
@@ -199,47 +121,10 @@ def read_snapshot(connection: Connection) -> Iterator[None]:
     can be older than the events an appender committed in between (a false integrity
     alarm). SQLite: a deferred BEGIN on the driver connection (not SQLAlchemy's begin,
     which a `configure_engine` engine turns into BEGIN IMMEDIATE, a write lock);
-    PostgreSQL: REPEATABLE READ, READ ONLY.
+    PostgreSQL: REPEATABLE READ, READ ONLY, committed when the block ends without error.
     """
-    if is_sqlite(connection):
-        raw = connection.connection.dbapi_connection
-        assert raw is not None
-        began = not driver_in_transaction(raw)
-        if began:
-            raw.execute("BEGIN")
-        try:
-            yield
-        finally:
-            if began and driver_in_transaction(raw):
-                raw.rollback()
-        return
-    connection.begin()
-    try:
-        if is_postgresql(connection):
-            connection.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    with backend_for(connection).read_snapshot(connection):
         yield
-    finally:
-        connection.rollback()
-
-
-def begin_immediate(connection: Connection) -> None:
-    """`BEGIN IMMEDIATE` on the driver connection of `connection` (`begin_immediate_on`)."""
-    raw = connection.connection.dbapi_connection
-    assert raw is not None
-    begin_immediate_on(raw)
-
-
-def begin_immediate_on(dbapi_connection: Any) -> None:
-    """`BEGIN IMMEDIATE` on a SQLite DB-API connection: take SQLite's write lock first.
-    The driver's own `commit()` and `rollback()` end the transaction (sqlite3 opens none
-    of its own while one is open).
-
-    A concurrent writer is waited for by SQLite's own busy handler (the connection's
-    busy_timeout). Measured here: polling in sub-millisecond steps instead burnt the CPU
-    the lock holder needed (4 writers on 2 cores reached 0.73-0.83x of one writer's
-    throughput; SQLite's handler 0.95-0.98x).
-    """
-    dbapi_connection.execute("BEGIN IMMEDIATE")
 
 
 def is_secret_parameter(name: str) -> bool:

@@ -15,11 +15,10 @@ retried), `run-store-read-failed` / `run-store-write-failed` (the database refus
 statement of a read / a write, e.g. a missing table or a constraint; nothing of the call
 was kept), `run-store-host-write-failed` (`HostWriteError`: it refused a statement of the
 host's own code, `host_errors`).
-Classification is by the driver's result code (SQLite) or SQLSTATE (PostgreSQL), never by
-message text, with two exceptions that libpq reports without a SQLSTATE: a refused
-PostgreSQL login, and a lost connection behind a pooler (`pooler_symptom`: PgBouncer's
-"received 2 results from command 'COMMIT'", "server closed the connection"), whose
-call's outcome is unknown, never "nothing was kept".
+Classification is the backend's whose driver raised the error (`Backend.classify`: by
+the driver's result code or SQLSTATE, never by message text but for what libpq reports
+without a SQLSTATE, `backends.postgresql_errors`); what no backend classifies is the
+call's own failure (`run-store-read-failed` / `run-store-write-failed`).
 """
 
 from __future__ import annotations
@@ -35,13 +34,16 @@ from typing import Any, Final, ParamSpec, TypeVar, cast
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ..errors import (
-    CadenceStoreError,
-    HostWriteError,
-    StoreBusyError,
-    StorePermissionError,
-    StoreUnavailableError,
+from ..errors import CadenceStoreError, HostWriteError, StorePermissionError, StoreUnavailableError
+from .backends import BACKENDS, backend_named
+from .backends.base import driver_error
+from .backends.postgresql_errors import (
+    RETRYABLE_SQLSTATES,
+    is_authentication_failure,
+    pooler_symptom,
+    sqlstate,
 )
+from .pg_prepare import rerun_unprepared
 
 
 class Access(StrEnum):
@@ -53,27 +55,6 @@ class Access(StrEnum):
 
 READ: Final = Access.READ
 WRITE: Final = Access.WRITE
-
-# SQLite primary result codes (https://sqlite.org/rescode.html)
-_SQLITE_BUSY: Final = frozenset({5, 6})  # BUSY, LOCKED
-_SQLITE_UNAVAILABLE: Final = frozenset({7, 10, 11, 13, 14, 15, 23, 26})
-# PERM, READONLY: this process may not write the database (a file, a directory or a
-# connection that is read-only); READONLY_DBMOVED is the file vanishing, not a privilege
-_SQLITE_PERMISSION: Final = frozenset({3, 8})
-_SQLITE_READONLY_DBMOVED: Final = 1032
-_PG_INSUFFICIENT_PRIVILEGE: Final = "42501"
-# PostgreSQL SQLSTATEs a whole transaction may simply be retried after: serialization
-# failure, deadlock, lock timeout. (Unique violations are not among them: cadence-store's
-# own writes cannot collide under its locks, so one comes from a host's rows.)
-RETRYABLE_SQLSTATES: Final = frozenset({"40001", "40P01", "55P03"})
-_PG_UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "58", "25006", "XX")
-
-
-def _driver_error(error: BaseException) -> BaseException:
-    """The DB-API exception itself (SQLAlchemy wraps it; the hot path raises it bare)."""
-    if isinstance(error, DBAPIError) and error.orig is not None:
-        return error.orig
-    return error
 
 
 def _driver_error_types() -> tuple[type[BaseException], ...]:
@@ -92,82 +73,29 @@ def is_database_error(error: BaseException, dbapi: Any = None) -> bool:
     return dbapi is not None and isinstance(error, dbapi.Error)
 
 
-def _sqlite_code(error: BaseException) -> int | None:
-    code = getattr(_driver_error(error), "sqlite_errorcode", None)
-    return None if code is None else int(code) & 0xFF
-
-
-def sqlstate(error: BaseException) -> str | None:
-    orig = _driver_error(error)
-    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return None if state is None else str(state)
-
-
 def is_retryable(error: BaseException | None) -> bool:
-    """A PostgreSQL serialization failure, deadlock or lock timeout."""
-    return error is not None and sqlstate(error) in RETRYABLE_SQLSTATES
-
-
-_SQLITE_NOTADB: Final = 26
-_PG_AUTH_SQLSTATE_CLASS: Final = "28"  # invalid authorization specification, bad password
-# libpq reports a refused login with no SQLSTATE (the server's FATAL message only); these
-# are the server's and libpq's own English texts for it
-_PG_AUTH_MESSAGES: Final = (
-    "password authentication failed",
-    "authentication failed for user",
-    "no password supplied",
-    "no pg_hba.conf entry",
-    'role "',
-)
-
-
-def is_authentication_failure(error: BaseException) -> bool:
-    """The PostgreSQL server refused the login (user, password, pg_hba.conf): nothing
-    ran, and the same call with the same credentials fails again."""
-    orig = _driver_error(error)
-    state = sqlstate(error)
-    if state is not None:
-        return state.startswith(_PG_AUTH_SQLSTATE_CLASS)
-    pgconn = getattr(orig, "pgconn", None)
-    if pgconn is None or type(orig).__name__ != "OperationalError":
-        return False
-    if getattr(pgconn, "needs_password", False):
-        return True
-    raw = getattr(pgconn, "error_message", b"") or b""
-    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    fatal = message.lower()
-    return "fatal" in fatal and any(text in fatal for text in _PG_AUTH_MESSAGES)
+    """A PostgreSQL serialization failure, deadlock or lock timeout; or a prepared
+    statement a pooler lost, after which nothing is prepared (`pg_prepare`)."""
+    state = None if error is None else sqlstate(error)
+    return state in RETRYABLE_SQLSTATES or rerun_unprepared(state)
 
 
 def translate_database_error(error: BaseException, access: Access = WRITE) -> CadenceStoreError:
     """The coded error for a database failure met while reading or writing."""
     if isinstance(error, CadenceStoreError):
         return error
-    orig = _driver_error(error)
+    orig = driver_error(error)
     detail = f"{type(orig).__name__}: {orig}"
-    code = _sqlite_code(error)
-    state = sqlstate(error)
     invalidated = isinstance(error, DBAPIError) and error.connection_invalidated
-    if code == _SQLITE_NOTADB:
-        return StoreUnavailableError("run-store-not-a-database", detail)
-    if is_authentication_failure(error):
-        return StoreUnavailableError("run-store-auth-failed", detail)
-    if state == _PG_INSUFFICIENT_PRIVILEGE:
-        return StorePermissionError("run-store-permission-denied", detail, engine="postgresql")
-    if code in _SQLITE_PERMISSION:
-        if getattr(orig, "sqlite_errorcode", None) == _SQLITE_READONLY_DBMOVED:
-            return StoreUnavailableError("run-store-unavailable", detail)
-        return StorePermissionError("run-store-permission-denied", detail, engine="sqlite")
-    if code in _SQLITE_BUSY or state in RETRYABLE_SQLSTATES:
-        return StoreBusyError("run-store-busy", detail)
-    if code in _SQLITE_UNAVAILABLE or invalidated:
+    owner = next((backend for backend in BACKENDS if backend.owns_error(orig)), None)
+    if owner is not None:
+        verdict = owner.classify(error)
+        if verdict is not None:
+            return verdict
+    elif type(orig).__name__ == "OperationalError":
+        # no driver's: the server never answered (refused, unreachable)
         return StoreUnavailableError("run-store-unavailable", detail)
-    if state is not None and state.startswith(_PG_UNAVAILABLE_CLASSES):
-        return StoreUnavailableError("run-store-unavailable", detail)
-    if state is None and code is None and type(orig).__name__ == "OperationalError":
-        # no SQLSTATE: the server never answered (refused, unreachable, auth)
-        return StoreUnavailableError("run-store-unavailable", detail)
-    if state is None and code is None and pooler_symptom(orig):
+    if invalidated:
         return StoreUnavailableError("run-store-unavailable", detail)
     return StoreUnavailableError(f"run-store-{access}-failed", detail)
 
@@ -177,12 +105,15 @@ def translate_host_error(error: BaseException) -> CadenceStoreError:
     callback, its rows flushed in a unit of work). A statement the database refused is
     the host's failure, `HostWriteError`, not an outage: nothing was kept, and retrying
     unchanged fails again. An unreachable or busy database stays what it is (an outage
-    or a race is no fault of the host's statement)."""
+    or a race is no fault of the host's statement), and so does a SQLite file read-only
+    to this process; a refused grant on a table is the host's table's."""
     translated = translate_database_error(error, WRITE)
-    host_table_refused = (
-        isinstance(translated, StorePermissionError) and translated.engine == "postgresql"
+    refused = (
+        backend_named(translated.engine) if isinstance(translated, StorePermissionError) else None
     )
-    if translated.code == f"run-store-{WRITE}-failed" or host_table_refused:
+    if translated.code == f"run-store-{WRITE}-failed" or (
+        refused is not None and refused.grants_per_table
+    ):
         return HostWriteError(error, translated.detail)
     return translated
 
@@ -191,36 +122,6 @@ def host_errors() -> AbstractContextManager[None]:
     """Raise database failures of a host's statements inside the block as coded errors
     (`translate_host_error`); the host's other exceptions pass through unchanged."""
     return _HOST_GUARD
-
-
-# What psycopg says, with no SQLSTATE, when the connection under it was lost or swapped:
-# a pooler answered a command with another server connection's leftovers ("received 2
-# results from command 'BEGIN'"), the socket closed, or PgBouncer gave up waiting for a
-# server (`query_wait_timeout`, `client_login_timeout`: it closes the client's connection).
-_POOLER_SYMPTOMS: Final = (
-    "results from command",
-    "server closed the connection",
-    "query_wait_timeout",
-    "client_login_timeout",
-    "server conn crashed",
-    "the connection is lost",
-    "connection is bad",
-    "consuming input failed",
-)
-
-
-def pooler_symptom(error: BaseException) -> bool:
-    """A psycopg error with no SQLSTATE that means the server connection was lost."""
-    orig = _driver_error(error)
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is None or not isinstance(orig, psycopg.Error) or sqlstate(orig) is not None:
-        return False
-    if not isinstance(
-        orig, psycopg.InternalError | psycopg.OperationalError | psycopg.InterfaceError
-    ):
-        return False
-    message = str(orig).lower()
-    return any(symptom in message for symptom in _POOLER_SYMPTOMS)
 
 
 # PostgreSQL SQLSTATEs after which the same call can succeed on a (new) primary:
@@ -243,7 +144,7 @@ def is_connection_lost(error: BaseException | None) -> bool:
         return False
     if isinstance(error, DBAPIError) and error.connection_invalidated:
         return True
-    orig = _driver_error(error)
+    orig = driver_error(error)
     if hasattr(orig, "sqlite_errorcode") or is_authentication_failure(error):
         return False  # a refused login is a verdict too: waiting does not change it
     state = sqlstate(error)

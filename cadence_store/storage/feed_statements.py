@@ -1,6 +1,6 @@
 """The journal feed's statements: an event's position, numbering, pages, followers.
 
-Where an event's position comes from (`feed_position_on_insert`, part of the one event
+Where an event's position comes from (`Backend.feed_position_on_insert`, part of the one event
 INSERT, `append_statements.INSERT_EVENT`, and of `APPEND_RECORDED`, which writes the same
 values):
 
@@ -24,22 +24,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final
 
-from sqlalchemy import (
-    BigInteger,
-    and_,
-    bindparam,
-    cast,
-    func,
-    literal_column,
-    null,
-    select,
-    union_all,
-    update,
-)
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql import ClauseElement, ColumnElement, Select
+from sqlalchemy import and_, bindparam, func, literal_column, select, update
+from sqlalchemy.sql import ClauseElement, Select
 
-from .models import EVENT_COLUMNS, events, follower_positions, kept_leaves
+from .backends import Backend
+from .models import EVENT_COLUMNS, events, follower_positions
+from .positions import highest_position
 from .rows import FeedRow, FollowerPositionRow, LockedRow, UnnumberedRow
 from .statements import Query, Write
 
@@ -52,53 +42,14 @@ FEED_LOCK_KEY: Final = int.from_bytes(
 )
 
 
-def highest_position() -> Select[Any]:
-    """The highest position numbered (0: none): of the events, or of the leaves an
-    archive kept of the events it deleted (`kept_leaves`), so that a position is never
-    numbered twice. Each is one index descent."""
-    highest = union_all(
-        select(func.max(events.c.feed_position).label("position")),
-        select(func.max(kept_leaves.c.feed_position).label("position")),
-    ).subquery("highest")
-    # the numbers written into the statement: no value to pick for them on every append
-    return select(func.coalesce(func.max(highest.c.position), literal_column("0")))
-
-
-def feed_position_on_insert(dialect_name: str) -> ColumnElement[int | None]:
-    """The value an appended event's `feed_position` gets in its INSERT (see above)."""
-    if dialect_name == "postgresql":
-        return cast(null(), BigInteger)
-    return (highest_position().scalar_subquery() + literal_column("1")).self_group()
-
-
 def _unnumbered() -> Select[Any]:
     return select(literal_column("1")).where(events.c.feed_position.is_(None)).limit(1)
 
 
-def _unnumbered_and_who_numbers(dialect_name: str) -> Select[Any]:
-    """One row when some event has no position: whether this role could number it (it may
-    update `feed_position`, on a server out of recovery) and whether this transaction can
-    (read-write, and READ COMMITTED: a REPEATABLE READ snapshot taken before the numbering
-    lock would not see the last numbering, and its UPDATE would fail to serialize)."""
-    role_may: ColumnElement[Any]
-    here: ColumnElement[Any]
-    if dialect_name != "postgresql":
-        role_may = here = literal_column("1")
-        return _with_unnumbered(role_may, here)
-    role_may = and_(
-        # `tableoid`: the events table as this statement's schema names it
-        func.has_column_privilege(literal_column("tableoid"), "feed_position", "UPDATE"),
-        ~func.pg_is_in_recovery(),
-    )
-    here = and_(
-        role_may,
-        func.current_setting("transaction_read_only") == "off",
-        func.current_setting("transaction_isolation") == "read committed",
-    )
-    return _with_unnumbered(role_may, here)
-
-
-def _with_unnumbered(role_may: ColumnElement[Any], here: ColumnElement[Any]) -> Select[Any]:
+def _unnumbered_and_who_numbers(backend: Backend) -> Select[Any]:
+    """One row when some event has no position: whether this role could number it and
+    whether this transaction can (`Backend.feed_numbering_rights`)."""
+    role_may, here = backend.feed_numbering_rights()
     return (
         select(role_may.label("role_may"), here.label("here"))
         .where(events.c.feed_position.is_(None))
@@ -122,7 +73,7 @@ def _number_unnumbered() -> ClauseElement:
     id and sequence. On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
     transaction, as a statement of its own: its snapshot is then taken after the lock,
     and sees the last numbering."""
-    highest = highest_position().scalar_subquery()
+    highest = highest_position().scalar_subquery()  # archived runs' leaves too
     timed = (
         select(
             events.c.run_id,
@@ -165,11 +116,10 @@ def _feed_page(*, of_run: bool) -> Select[Any]:
     return page.order_by(events.c.feed_position).limit(bindparam("limit"))
 
 
-def _record_position(dialect_name: str, *, forward_only: bool) -> ClauseElement:
+def _record_position(backend: Backend, *, forward_only: bool) -> ClauseElement:
     """The follower's position, inserted or replaced; `forward_only`: replaced only by one
     at least as far (0 rows written when it would move back)."""
-    dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
-    statement = dialect_insert(follower_positions).values(
+    statement = backend.upsert_insert(follower_positions).values(
         follower=bindparam("follower"), position=bindparam("position")
     )
     return statement.on_conflict_do_update(
@@ -207,8 +157,8 @@ FOLLOWER_POSITION: Final = Query(
     FollowerPositionRow,
 )
 ADVANCE_POSITION: Final = Write(
-    "advance_position", lambda dialect: _record_position(dialect, forward_only=True)
+    "advance_position", lambda backend: _record_position(backend, forward_only=True)
 )
 REWIND_POSITION: Final = Write(
-    "rewind_position", lambda dialect: _record_position(dialect, forward_only=False)
+    "rewind_position", lambda backend: _record_position(backend, forward_only=False)
 )

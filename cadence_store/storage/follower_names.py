@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ..errors import OperationConflictError
+from .backends import backend_for
 from .failures import READ, database_errors
 
 FOLLOWER_IN_USE: Final = "follower-in-use"
@@ -58,14 +59,14 @@ class FollowerNameHold:
 
     def take(self) -> None:
         """Hold the name, or raise `follower-in-use`."""
-        if self._engine.dialect.name == "postgresql":
+        if backend_for(self._engine).advisory_locks:
             self._lock_on_server()
         else:
             self._lock_beside_file()
 
     def reaffirm(self) -> None:
         """After a lost connection: the server may have released the name with it."""
-        if self._engine.dialect.name == "postgresql":
+        if backend_for(self._engine).advisory_locks:
             self._lock_on_server()
 
     def release(self) -> None:

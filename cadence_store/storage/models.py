@@ -25,6 +25,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy import (
+    column as sql_column,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION: Final = {
@@ -49,10 +52,21 @@ def _run_fk() -> ForeignKey:
     return ForeignKey("runs.run_id", ondelete="CASCADE")
 
 
+def _rows_with(column: str) -> Index:
+    """An index of the rows that have a `column` (partial, on both engines)."""
+    present = sql_column(column).is_not(None)
+    return Index(None, column, sqlite_where=present, postgresql_where=present)
+
+
 class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (
         UniqueConstraint("root_hash", "stage", "lookup_key"),
+        # revision cs0009: each filter of `list_runs` finds its runs in run id order
+        Index(None, "state", "run_id"),
+        Index(None, "stage", "run_id"),
+        Index(None, "root_hash", "run_id"),
+        _rows_with("change_name"),
         STRICT,
     )
 
@@ -128,6 +142,8 @@ class OperationRow(Base):
         Index(None, "operation_id"),
         # and (revision cs0005): verification streams a run's receipts in chain order
         Index(None, "run_id", "sequence"),
+        # and (revision cs0009): `recover_expired_leases` finds the live leases only
+        _rows_with("lease_expires_at"),
         STRICT,
     )
 

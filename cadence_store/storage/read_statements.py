@@ -6,19 +6,18 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from sqlalchemy import bindparam, func, literal_column, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.sql import ClauseElement, ColumnElement
 
 from ..journal.views import RunListing
-from ..journal.vocabulary import KIND_LEASE, STATE_SETTING_EVENTS
+from ..journal.vocabulary import KIND_LEASE
+from .backends import Backend
 from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
     BindingDetailRow,
     CountRow,
     CountsRow,
     EventRow,
-    FoldEventRow,
-    HourCountRow,
     ListedRunRow,
     OperationDetailRow,
     RunTimesRow,
@@ -95,16 +94,33 @@ LEASE_ROWS_OF_RUN: Final = Query(
     lambda _: _operation_rows().where(operations.c.kind == KIND_LEASE),
     OperationDetailRow,
 )
-RECEIPT_ROWS_OF_RUN_PAGE: Final = Query(
-    "receipt_rows_of_run_page",
-    lambda _: _operation_rows().where(operations.c.kind != KIND_LEASE).limit(bindparam("limit")),
+# keyset pages of a run's receipts by operation id: the `limit` after `after`, in order,
+# and the `limit` before `before`, last first (the caller turns them round)
+RECEIPT_ROWS_OF_RUN_AFTER: Final = Query(
+    "receipt_rows_of_run_after",
+    lambda _: (
+        _operation_rows()
+        .where(operations.c.kind != KIND_LEASE, operations.c.operation_id > bindparam("after"))
+        .limit(bindparam("limit"))
+    ),
     OperationDetailRow,
 )
-RECEIPT_COUNT_OF_RUN: Final = Query(
-    "receipt_count_of_run",
-    lambda _: select(func.count()).where(
-        operations.c.run_id == bindparam("run_id"), operations.c.kind != KIND_LEASE
+RECEIPT_ROWS_OF_RUN_BEFORE: Final = Query(
+    "receipt_rows_of_run_before",
+    lambda _: (
+        _operation_rows()
+        .where(operations.c.kind != KIND_LEASE, operations.c.operation_id < bindparam("before"))
+        .order_by(None)
+        .order_by(operations.c.operation_id.desc())
+        .limit(bindparam("limit"))
     ),
+    OperationDetailRow,
+)
+# every operation row of the run, counted in an index alone (its receipts are these but
+# its leases, which the page reads anyway)
+OPERATION_COUNT_OF_RUN: Final = Query(
+    "operation_count_of_run",
+    lambda _: select(func.count()).where(operations.c.run_id == bindparam("run_id")),
     CountRow,
 )
 # keyset pages of a run's events by sequence: the `limit` after `after`, in order, and the
@@ -128,48 +144,6 @@ EVENTS_OF_RUN_BEFORE: Final = Query(
         .limit(bindparam("limit"))
     ),
     EventRow,
-)
-# a chain's events up to `until`, with only what folding them into states needs
-FOLD_EVENTS_OF_RUN: Final = Query(
-    "fold_events_of_run",
-    lambda _: (
-        select(
-            events.c.sequence,
-            events.c.type,
-            events.c.payload_json,
-            events.c.event_hash,
-            events.c.recorded_at,
-        )
-        .where(events.c.run_id == bindparam("run_id"), events.c.sequence <= bindparam("until"))
-        .order_by(events.c.sequence)
-        # the limit (`until` again) leads PostgreSQL to the key's order, not a sort
-        .limit(bindparam("limit"))
-    ),
-    FoldEventRow,
-)
-
-
-def _hour_of_event() -> ColumnElement[int]:
-    return (events.c.recorded_at // 3_600_000 * 3_600_000).label("hour")
-
-
-# the events that set the run's state, per hour of their time (events without one left out)
-STATE_CHANGES_PER_HOUR: Final = Query(
-    "state_changes_per_hour",
-    lambda _: (
-        select(_hour_of_event(), func.count())
-        .where(
-            events.c.run_id == bindparam("run_id"),
-            # the vocabulary's own names, written in the statement (compiled once)
-            events.c.type.in_(
-                [literal_column(f"'{name}'") for name in sorted(STATE_SETTING_EVENTS)]
-            ),
-            events.c.recorded_at.is_not(None),
-        )
-        .group_by("hour")
-        .order_by("hour")
-    ),
-    HourCountRow,
 )
 
 
@@ -214,7 +188,7 @@ def _listing(
     since: bool,
     until: bool,
 ) -> Query[ListedRunRow]:
-    def build(_dialect_name: str) -> ClauseElement:
+    def build(_backend: Backend) -> ClauseElement:
         statement = select(
             runs.c.run_id, runs.c.projection_json, runs.c.created_at, runs.c.updated_at
         )

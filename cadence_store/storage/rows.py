@@ -177,21 +177,6 @@ class ListedRunRow(NamedTuple):
     updated_at: int | None
 
 
-class FoldEventRow(NamedTuple):
-    """What folding a chain into its states reads of an event (no hashes but its own)."""
-
-    sequence: int
-    type: str
-    payload_json: str
-    event_hash: str
-    recorded_at: int | None
-
-
-class HourCountRow(NamedTuple):
-    hour: int  # ms of the hour's start
-    events: int
-
-
 class CountRow(NamedTuple):
     rows: int
 

@@ -17,7 +17,8 @@ from ..journal.vocabulary import (
     KIND_LEASE,
     RUNNING,
 )
-from .append_statements import OPERATION_MATCH, RUN_MATCH, server_time_ms
+from .append_statements import OPERATION_MATCH, RUN_MATCH
+from .backends.postgresql import server_time_ms
 from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
     BindingOfRunRow,

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import re
@@ -37,17 +36,8 @@ from ..errors import (
 )
 from . import legacy
 from . import sqlite_pragmas as pragmas
-from .dialects import POSTGRESQL
-from .engine import (
-    begin_immediate,
-    create_store_engine,
-    driver_in_transaction,
-    enable_wal,
-    is_postgresql,
-    is_sqlite,
-    masked_url,
-    url_argument,
-)
+from .backends import backend_for, backend_of_url
+from .engine import create_store_engine, url_argument
 from .failures import READ, WRITE, database_errors, is_database_error, translate_database_error
 from .models import OWNED_TABLES
 from .readiness import forget_store_ready as forget_pool
@@ -61,10 +51,6 @@ if TYPE_CHECKING:
 VERSION_TABLE: Final = "cadence_store_version"
 SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 BRANCH_LABEL: Final = "cadence_store"
-# One lock id for every cadence-store upgrade on a PostgreSQL server.
-_UPGRADE_LOCK_ID: Final = int.from_bytes(
-    hashlib.sha256(b"cadence-store:upgrade").digest()[:8], "big", signed=True
-)
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +121,7 @@ def current_revision(connection: Connection, schema: str | None = None) -> str |
 
 
 def database_label(connection: Connection) -> str:
-    url = connection.engine.url
-    if is_sqlite(connection):
-        return url.database or ":memory:"
-    return masked_url(url)
+    return backend_for(connection).database_label(connection)
 
 
 def _log_step(verb: str, label: str, found: str | None, reached: str | None) -> None:
@@ -165,7 +148,7 @@ def adopt_if_needed(connection: Connection) -> str | None:
     label = database_label(connection)
     revision, difference = (
         legacy.assess_legacy(pragmas.query_of(connection), names)
-        if is_sqlite(connection)
+        if backend_for(connection).embedded
         else (None, "cadence 1.x stores are SQLite files")
     )
     if revision is None:
@@ -210,7 +193,8 @@ def migration_transaction(
     no transaction open gets one of its own, committed here.
     """
     # refused before connecting: connecting would create a missing SQLite file
-    if require_schema_name(schema) is not None and not is_postgresql(bind):
+    backend = backend_for(bind)
+    if require_schema_name(schema) is not None and not backend.named_schemas:
         raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
     if isinstance(bind, Engine):
         with database_errors(WRITE):
@@ -226,14 +210,11 @@ def migration_transaction(
     try:
         if owned:
             connection.begin()
-        if is_sqlite(connection):
-            raw = connection.connection.dbapi_connection
-            if not driver_in_transaction(raw):
-                begin_immediate(connection)  # pysqlite would autocommit each DDL step
         if translated:
             connection.execution_options(**schema_options(schema))
-        callers_search_path = None if owned else _search_path(connection)
-        _enter_store_schema(connection, schema)
+        callers_search_path = None if owned else backend.search_path(connection)
+        # a second upgrader waits; unqualified DDL goes to the store's schema
+        backend.lock_migration(connection, schema)
         adopt_if_needed(connection)
         yield connection
         if callers_search_path is not None:
@@ -257,29 +238,6 @@ def migration_transaction(
 
 
 SET_SEARCH_PATH: Final = text("SELECT set_config('search_path', :path, true)")
-
-
-def _search_path(connection: Connection) -> str | None:
-    if not is_postgresql(connection):
-        return None
-    return str(connection.exec_driver_sql("SHOW search_path").scalar_one())
-
-
-def _enter_store_schema(connection: Connection, schema: str | None) -> None:
-    """On PostgreSQL, take the upgrade lock and point search_path at the store's schema
-    for the rest of the transaction."""
-    if not is_postgresql(connection):
-        return
-    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(%(lock)s)", {"lock": _UPGRADE_LOCK_ID})
-    if schema is not None:
-        quoted = connection.dialect.identifier_preparer.quote_schema(schema)
-        connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-        # Alembic renders some DDL (ALTER TABLE ... ADD COLUMN) unqualified
-        connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
-    else:
-        # the store's statements name the default schema (`public`); a pooled
-        # connection's leftover search_path must not put the tables elsewhere
-        connection.exec_driver_sql(f"SET LOCAL search_path TO {POSTGRESQL.default_schema}")
 
 
 def _migration_failure(error: Exception) -> Exception:
@@ -347,9 +305,9 @@ def _migrate(
             label = database_label(connection)
         _log_step("downgraded" if backwards else "upgraded", label, found, reached)
         # WAL outside any transaction; a caller's connection keeps its engine's mode
-        if isinstance(where, Engine) and not backwards and is_sqlite(where):
+        if isinstance(where, Engine) and not backwards:
             with where.connect() as connection:
-                enable_wal(connection)
+                backend_for(where).after_upgrade(connection)
         return reached
     finally:
         if where is not bind and isinstance(where, Engine):
@@ -361,10 +319,11 @@ def upgrade_command(url: URL | str, schema: str | None = None) -> str:
     where there are schemas: never for SQLite)."""
     command = f"cadence-store upgrade --url {url_argument(url, always_quote=True)}"
     try:
-        sqlite = make_url(url).get_backend_name() == "sqlite"
+        backend = backend_of_url(make_url(url))
     except (ArgumentError, ValueError, TypeError):
-        sqlite = False
-    return command if schema is None or sqlite else f"{command} --schema {schema}"
+        backend = None
+    schemaless = backend is not None and not backend.named_schemas
+    return command if schema is None or schemaless else f"{command} --schema {schema}"
 
 
 def assert_at_head(connection: Connection, schema: str | None = None) -> None:
@@ -395,7 +354,8 @@ def comparison_filter(connection: Connection) -> Any:
     names and without ON DELETE. SQLite's own catalogue (index_list, foreign_key_list) says
     whether the model's constraint is enforced; only then is the difference ignored.
     """
-    sqlite = is_sqlite(connection)
+    # SQLite's own catalogue (the embedded engine's) says what it enforces
+    sqlite = backend_for(connection).embedded
 
     def include(
         object: Any, name: str | None, type_: str, reflected: bool, compare_to: Any

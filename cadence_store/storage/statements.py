@@ -25,7 +25,7 @@ from sqlalchemy import BindParameter, Connection, bindparam
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
-from .dialects import profile_of
+from .backends import Backend, backend_for
 
 SchemaMap = tuple[tuple[str | None, str | None], ...]
 Row = TypeVar("Row", bound=tuple[Any, ...])
@@ -36,7 +36,7 @@ class Query(Generic[Row]):
     """A select and the type of its rows (a NamedTuple of `rows`, its columns by name)."""
 
     name: str  # for messages and tests
-    build: Callable[[str], ClauseElement]  # dialect name -> Core statement
+    build: Callable[[Backend], ClauseElement]  # the engine's backend -> Core statement
     row: Callable[..., Row]
 
 
@@ -45,7 +45,7 @@ class Write:
     """An insert, update or upsert: it answers the count of rows written."""
 
     name: str
-    build: Callable[[str], ClauseElement]
+    build: Callable[[Backend], ClauseElement]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -56,7 +56,7 @@ class RowsWrite:
     (`Statements.write_rows`)."""
 
     name: str
-    build: Callable[[str], ClauseElement]
+    build: Callable[[Backend], ClauseElement]
     columns: tuple[str, ...]
 
 
@@ -98,14 +98,16 @@ class _CompiledStatements(dict[Statement, CompiledStatement]):
         return compiled
 
 
-# (dialect, driver, paramstyle, schema map) -> its compiled statements
-_cache: dict[tuple[str, str, str, SchemaMap], _CompiledStatements] = {}
+# (backend, driver, paramstyle, schema map) -> its compiled statements
+_cache: dict[tuple[Backend, str, str, SchemaMap], _CompiledStatements] = {}
 _cache_lock: Final = threading.Lock()
 
 
-def _compiled_statements(dialect: Dialect, schema_map: SchemaMap) -> _CompiledStatements:
+def _compiled_statements(
+    dialect: Dialect, backend: Backend, schema_map: SchemaMap
+) -> _CompiledStatements:
     """The statements compiled so far for one dialect and schema map (filled on use)."""
-    key = (dialect.name, str(dialect.driver), str(dialect.paramstyle), schema_map)
+    key = (backend, str(dialect.driver), str(dialect.paramstyle), schema_map)
     statements = _cache.get(key)
     if statements is None:
         with _cache_lock:
@@ -151,7 +153,7 @@ def compile_statement(
     options: dict[str, Any] = {}
     if schema_map:
         options = {"schema_translate_map": dict(schema_map), "render_schema_translate": True}
-    compiled: Any = statement.build(dialect.name).compile(dialect=dialect, **options)
+    compiled: Any = statement.build(backend_for(dialect)).compile(dialect=dialect, **options)
     positions = tuple(compiled.positiontup or ()) if compiled.positional else None
     # binds that carry their own value (literals, `values(x=None)`), not caller parameters
     constants = {
@@ -214,20 +216,20 @@ class Statements:
 
     def _bind(self, dialect: Dialect, raw: Any, schema: str | None) -> None:
         self._dialect = dialect
-        self.profile = profile_of(dialect)
+        self.profile = backend_for(dialect)
         if schema is None:
             # named, never left to the connection's search_path: a pooled server connection
             # may carry another client's `SET search_path`
             schema = self.profile.default_schema
         schema_map: SchemaMap = () if schema is None else ((None, schema),)
-        self._compiled = _compiled_statements(dialect, schema_map)
+        self._compiled = _compiled_statements(dialect, self.profile, schema_map)
         self._raw = raw
         self._cursor = raw.cursor()
         self.writes = 0  # rows written so far (`journal_write` reads it)
 
     @property
     def dialect_name(self) -> str:
-        return str(self._dialect.name)
+        return self.profile.name
 
     def _run(self, statement: Statement, params: Mapping[str, Any]) -> Any:
         compiled = self._compiled[statement]

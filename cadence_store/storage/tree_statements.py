@@ -13,11 +13,11 @@ import hashlib
 from typing import Any, Final
 
 from sqlalchemy import Select, and_, bindparam, func, select, union_all
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
-from .feed_statements import highest_position
+from .backends import Backend
 from .models import checkpoints, events, kept_leaves, runs, tree_tiles
+from .positions import highest_position
 from .rows import (
     CheckpointRow,
     EventPlaceRow,
@@ -27,7 +27,7 @@ from .rows import (
     TreeSizeRow,
     TreeTileRow,
 )
-from .statements import Query, Write
+from .statements import Query, Write, bound
 
 # the checkpoint transactions' pg_advisory_xact_lock key (one checkpoint at a time),
 # hashed like the feed's from a text no run key can be
@@ -50,13 +50,9 @@ _CHECKPOINT_COLUMNS: Final = (
 )
 
 
-def _upsert_tile(dialect_name: str) -> ClauseElement:
-    dialect_insert = postgresql.insert if dialect_name == "postgresql" else sqlite.insert
-    statement = dialect_insert(tree_tiles).values(
-        tile_level=bindparam("tile_level"),
-        tile_index=bindparam("tile_index"),
-        width=bindparam("width"),
-        hashes=bindparam("hashes"),
+def _upsert_tile(backend: Backend) -> ClauseElement:
+    statement = backend.upsert_insert(tree_tiles).values(
+        **bound("tile_level", "tile_index", "width", "hashes")
     )
     return statement.on_conflict_do_update(
         index_elements=[tree_tiles.c.tile_level, tree_tiles.c.tile_index],
@@ -155,11 +151,6 @@ CHECKPOINT_OF_SIZE: Final = Query(
 INSERT_CHECKPOINT: Final = Write(
     "insert_checkpoint",
     lambda _: checkpoints.insert().values(
-        checkpoint_id=bindparam("checkpoint_id"),
-        tree_size=bindparam("tree_size"),
-        origin=bindparam("origin"),
-        root_hash=bindparam("root_hash"),
-        note=bindparam("note"),
-        recorded_at=bindparam("recorded_at"),
+        **bound("checkpoint_id", "tree_size", "origin", "root_hash", "note", "recorded_at")
     ),
 )

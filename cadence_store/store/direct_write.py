@@ -32,9 +32,8 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction, RunHead
+from ..storage.backends import backend_for
 from ..storage.call_budget import attempts_bounded, watch_connection
-from ..storage.dialects import profile_of
-from ..storage.engine import begin_immediate_on
 from ..storage.failures import WRITE, database_errors
 from ..storage.readiness import FORGETS, is_store_ready
 from ..storage.statements import Statements
@@ -98,7 +97,7 @@ class DirectWrites:
         self._root_hash = root_hash
         self._clock = clock
         self._schema = schema
-        self._profile = profile_of(engine.dialect)
+        self._profile = backend_for(engine.dialect)
         # a kept connection skips the pool's checkout, whose listener watches it for the
         # call's budget (`call_budget`): where that is done, this does it
         self._watched = attempts_bounded(engine)
@@ -202,7 +201,7 @@ class DirectWrites:
             if self._profile.begins_immediate:
                 # take the write lock first: a concurrent writer waits in SQLite's busy
                 # handler instead of failing the read-then-write halfway
-                begin_immediate_on(dbapi_connection)
+                self._profile.begin_write_on_driver(dbapi_connection)
             if repository is None:
                 transaction = JournalTransaction.on_pooled(
                     self._profile, dbapi_connection, statements, self._schema, self._known

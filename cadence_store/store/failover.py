@@ -28,7 +28,7 @@ from typing import Final
 from ..errors import CadenceStoreError, InvalidInputError, StoreUnavailableError
 from ..storage.call_budget import CallBudget, call_budget
 from ..storage.failures import is_connection_lost, is_database_error
-from ..telemetry import record_failover_rerun
+from ..telemetry_state import record_failover_rerun
 
 DEFAULT_FAILOVER_TIMEOUT_S: Final = 30.0
 FIRST_DELAY_S: Final = 0.05

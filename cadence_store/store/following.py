@@ -32,7 +32,7 @@ from ..errors import CadenceStoreError, InvalidInputError
 from ..journal.feed import FeedItem, require_feed_position
 from ..journal.validation import require_run_id_text
 from ..repository.run_repository import RunRepository
-from ..storage.dialects import profile_of
+from ..storage.backends import backend_for
 from ..storage.failures import READ, database_errors
 from ..storage.feed_statements import LISTEN_TO_FEED
 from ..storage.follower_names import FollowerNameHold
@@ -238,7 +238,7 @@ def _follow(
     follower: str | None,
 ) -> Iterator[FeedItem]:
     engine = runner.base_engine
-    waker_type = _ListeningWaker if profile_of(engine.dialect).notifies else _PollingWaker
+    waker_type = _ListeningWaker if backend_for(engine.dialect).notifies else _PollingWaker
     waker = waker_type(engine, poll_s, stopped)
     name = None if follower is None else FollowerNameHold(engine, follower)
     retry_s = 0.0

@@ -19,12 +19,9 @@ from ..errors import LeaseFencedError, RunNotFoundError
 from ..journal import OperationLease, RunProjection
 from ..journal.validation import require_callable, require_operation_id
 from ..journal.values import ApprovalProof, BindDelivery
-from ..repository.run_repository import (
-    DELIVERY_BOUND,
-    TRANSITIONED,
-    RunRepository,
-    check_delivery,
-)
+from ..journal.vocabulary import DELIVERY_BOUND
+from ..repository.core import TRANSITIONED
+from ..repository.run_repository import RunRepository, check_delivery
 
 T = TypeVar("T")
 Work = Callable[[RunRepository], T]

@@ -26,7 +26,7 @@ from ..errors import CadenceStoreError, StoreBusyError
 from ..journal import RunProjection
 from ..repository.run_repository import RunRepository
 from ..storage.failures import is_retryable
-from ..telemetry import record_busy_retry
+from ..telemetry_state import record_busy_retry
 from .failover import Failover, Reruns
 
 T = TypeVar("T")

@@ -43,21 +43,12 @@ from ..journal.tree_views import (
 )
 from ..journal.validation import require_clock, require_root_hash
 from ..journal.values import Transition
+from ..journal.vocabulary import COMMITTED, INTERRUPTED
+from ..repository.core import TRANSITIONED, ExpiryNeeded
 from ..repository.leases import new_lease_token
-from ..repository.run_repository import (
-    COMMITTED,
-    INTERRUPTED,
-    TRANSITIONED,
-    Clock,
-    ExpiryNeeded,
-    RunRepository,
-)
-from ..storage.engine import (
-    create_store_engine,
-    enable_wal,
-    is_sqlite,
-    missing_sqlite_file,
-)
+from ..repository.run_repository import Clock, RunRepository
+from ..storage.backends import backend_for
+from ..storage.engine import create_store_engine, enable_wal, missing_sqlite_file
 from ..storage.failures import READ, database_errors
 from ..storage.legacy import CADENCE_TABLE_NAMES
 from ..storage.schema import (
@@ -129,7 +120,7 @@ class RunStore(RunStoreCalls):
         self._read_engine: Engine | None = None
         self._transactions: Transactions | None = None
         try:
-            if self.schema is not None and is_sqlite(self.engine):
+            if self.schema is not None and not backend_for(self.engine).named_schemas:
                 raise InvalidInputError("invalid-schema-name", "a schema name needs PostgreSQL")
             missing = missing_sqlite_file(self.engine)
             if missing is not None:
@@ -141,7 +132,7 @@ class RunStore(RunStoreCalls):
             with database_errors(READ), self.engine.connect() as connection:
                 assert_store_ready(connection, self.schema)
                 connection.rollback()
-                if self._owns_engine and is_sqlite(connection):
+                if self._owns_engine:
                     enable_wal(connection)
             if read_bind is not None:
                 base = (
@@ -175,7 +166,7 @@ class RunStore(RunStoreCalls):
     @property
     def dialect_name(self) -> str:
         """The engine's name (`sqlite`, `postgresql`)."""
-        return str(self.engine.dialect.name)
+        return backend_for(self.engine).name
 
     @property
     def transactions(self) -> Transactions:

@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 from ..errors import StoreUnavailableError
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction
+from ..storage.backends import backend_for
 from ..storage.call_budget import attempts_bounded, end_idle_watchdog
-from ..storage.dialects import profile_of
 from ..storage.engine import masked_url, read_snapshot
 from ..storage.failures import READ, database_errors, is_database_error
 from ..storage.feed_notifier import close_notifier
@@ -106,12 +106,13 @@ class Transactions:
 
     def checkpoint(self) -> None:
         """SQLite: fold the WAL back into the database file (housekeeping at close)."""
-        if not profile_of(self.engine.dialect).checkpoints_wal:
+        backend = backend_for(self.engine)
+        if not backend.checkpoints_wal:
             return
         self.release_kept()
         try:
             with self.engine.connect() as connection:
-                connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                backend.checkpoint(connection)
         except Exception as error:
             if not is_database_error(error):
                 raise

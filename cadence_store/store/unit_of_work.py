@@ -24,6 +24,7 @@ from ..errors import StoreUnavailableError
 from ..journal.validation import require_clock, require_root_hash
 from ..repository.run_repository import Clock, RunRepository
 from ..repository.transaction import JournalTransaction
+from ..storage.backends import backend_for
 from ..storage.engine import begin_write
 from ..storage.failures import (
     WRITE,
@@ -142,7 +143,7 @@ class UnitOfWorkState(Generic[EngineT, RunsT]):
     @property
     def dialect_name(self) -> str:
         """The engine's name (`sqlite`, `postgresql`)."""
-        return str(self._engine.dialect.name)
+        return backend_for(self._engine).name
 
     @property
     def runs(self) -> RunsT:

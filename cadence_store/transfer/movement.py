@@ -26,7 +26,7 @@ from ..errors import (
     OperationConflictError,
     RunNotFoundError,
 )
-from ..storage.dialects import profile_of
+from ..storage.backends import backend_for
 from ..storage.engine import create_store_engine, read_snapshot
 from ..storage.failures import READ, WRITE, database_errors
 from ..storage.models import runs
@@ -128,7 +128,7 @@ def transfer_engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
     engine = bind if isinstance(bind, Engine) else create_store_engine(bind)
     if schema is None:
         schema = store_schema(engine)  # an engine that names its schema already keeps it
-    named = profile_of(engine.dialect).default_schema if schema is None else schema
+    named = backend_for(engine.dialect).default_schema if schema is None else schema
     options = schema_options(named)
     try:
         yield engine.execution_options(**options) if options else engine

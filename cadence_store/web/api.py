@@ -12,6 +12,7 @@ from ..storage.failures import READ, database_errors
 from ..storage.schema import assert_at_head
 from .pages import counts_of, store_of
 from .reads import RunFilters, read_runs_page
+from .receipt_pages import OperationCursor
 from .rendering import json_response
 from .run_page import EventCursor, read_run_page
 
@@ -37,11 +38,14 @@ def runs(request: Request) -> Response:
 
 
 def run(request: Request) -> Response:
-    """`/api/runs/{run_id}`: what the run's page shows, with every operation row
-    (`?after=` / `?before=` a sequence: that page of events)."""
-    cursor = EventCursor.from_query(request.query_params)
+    """`/api/runs/{run_id}`: what the run's page shows (`?after=` / `?before=` a
+    sequence: that page of events; `?operations_after=` / `?operations_before=` an
+    operation id: that page of receipts)."""
     page = read_run_page(
-        store_of(request), request.path_params["run_id"], cursor, all_operations=True
+        store_of(request),
+        request.path_params["run_id"],
+        EventCursor.from_query(request.query_params),
+        OperationCursor.from_query(request.query_params),
     )
     verification: dict[str, Any] = {"intact": page.verification.intact}
     if not page.verification.intact:
@@ -51,6 +55,7 @@ def run(request: Request) -> Response:
             "run": page.detail.to_dict(),
             "events": [event.to_dict() for event in page.events],
             "eventPage": page.window.to_dict(),
+            "operationPage": page.receipt_window.to_dict(),
             "verification": verification,
             "checkpoint": None if page.checkpoint is None else page.checkpoint.to_json(),
         }

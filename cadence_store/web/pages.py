@@ -8,6 +8,7 @@ from starlette.responses import Response
 from ..journal.vocabulary import RUN_STATE_NAMES, STAGE_NAMES
 from ..store.run_store import RunStore
 from .reads import CountsCache, RunFilters, feed_per_hour, read_feed_page, read_runs_page
+from .receipt_pages import OperationCursor
 from .rendering import html_page
 from .run_page import EventCursor, read_run_page
 
@@ -40,9 +41,14 @@ def runs_page(request: Request) -> Response:
 
 def run_page(request: Request) -> Response:
     """`/runs/{run_id}`: the run, a page of its events (`?after=` / `?before=` a
-    sequence), the whole chain's verification."""
-    cursor = EventCursor.from_query(request.query_params)
-    page = read_run_page(store_of(request), request.path_params["run_id"], cursor)
+    sequence) and of its receipts (`?operations_after=` / `?operations_before=` an
+    operation id), the whole chain's verification."""
+    page = read_run_page(
+        store_of(request),
+        request.path_params["run_id"],
+        EventCursor.from_query(request.query_params),
+        OperationCursor.from_query(request.query_params),
+    )
     return html_page(request, "run.html", page=page)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -213,14 +213,16 @@ def read_feed_page(store: RunStore) -> list[FeedItem]:
         return runs.newest_feed(FEED_ITEMS)
 
 
+def per_hour(times: Iterable[int | None]) -> dict[int, int]:
+    """How many of `times` (ms) fall in each hour (ms of the hour's start), in order;
+    None is no time."""
+    hours = Counter(ms // HOUR_MS * HOUR_MS for ms in times if ms is not None)
+    return dict(sorted(hours.items()))
+
+
 def feed_per_hour(items: list[FeedItem]) -> dict[int, int]:
     """How many of `items` were recorded in each hour (ms of the hour's start)."""
-    hours = Counter(
-        item.event.recorded_at // HOUR_MS * HOUR_MS
-        for item in items
-        if item.event.recorded_at is not None
-    )
-    return dict(sorted(hours.items()))
+    return per_hour(item.event.recorded_at for item in items)
 
 
 __all__ = [
@@ -231,6 +233,7 @@ __all__ = [
     "RunFilters",
     "RunsPage",
     "feed_per_hour",
+    "per_hour",
     "read_feed_page",
     "read_runs_page",
 ]

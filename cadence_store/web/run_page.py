@@ -1,6 +1,7 @@
 """What a run's page shows, read in one read snapshot: the run, one keyset page of its
 events (`EVENTS_PER_PAGE`, oldest first, by sequence), the state changes among them, its
-leases and first receipts, and the whole chain's verification.
+leases and one keyset page of its receipts (`receipt_pages`), and the whole chain's
+verification.
 
 A long run is never sent whole: the page reads its events through the primary key from
 the cursor (`?after=S`: those after sequence S; `?before=S`: the page that ends just
@@ -11,42 +12,38 @@ event and receipt, on every request (a tampered chain shows broken on the next o
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
-import orjson
-
-from ..errors import InvalidInputError, JournalIntegrityError
+from ..errors import InvalidInputError
 from ..journal import RunEvent
 from ..journal.documents import event_payload
-from ..journal.views import EventFields, RunDetail, state_path
+from ..journal.views import RunDetail, state_path
 from ..repository.core import system_clock
 from ..repository.queries import binding_record, operation_record
-from ..repository.run_repository import RunRepository
 from ..storage.failures import READ, database_errors
 from ..storage.read_statements import (
     BINDING_ROWS_OF_RUN,
     EVENTS_OF_RUN_AFTER,
     EVENTS_OF_RUN_BEFORE,
-    FOLD_EVENTS_OF_RUN,
     LEASE_ROWS_OF_RUN,
-    OPERATION_ROWS_OF_RUN,
-    RECEIPT_COUNT_OF_RUN,
-    RECEIPT_ROWS_OF_RUN_PAGE,
+    OPERATION_COUNT_OF_RUN,
     RUN_TIMES,
-    STATE_CHANGES_PER_HOUR,
 )
 from ..storage.rows import BindingDetailRow, EventRow, OperationDetailRow
 from ..store.run_store import RunStore
+from .chain_view import Verification, verified_chain
 from .checkpoints import CoveringCheckpoint, covering_checkpoint
+from .receipt_pages import OperationCursor, ReceiptWindow
 
 EVENTS_PER_PAGE = 200
-RECEIPTS_SHOWN = 100  # a run's page lists its leases and this many receipts (JSON: all)
 CURSOR_DIGITS = 18  # a sequence is a safe integer: longer is no cursor
 _LONG_NUMBER = re.compile(r"[0-9]{16}")
+_UNPARSED: Any = object()
+_PARSED_KEPT = 256  # distinct payload texts a fold remembers
 
 
 @dataclass(frozen=True)
@@ -65,6 +62,12 @@ class EventCursor:
         if after is not None and before is not None:
             raise InvalidInputError("invalid-event-cursor", "give after or before, not both")
         return cls(after=after, before=before)
+
+    def query(self) -> dict[str, int]:
+        """The cursor as query parameters (empty: the first page)."""
+        if self.before is not None:
+            return {"before": self.before}
+        return {} if self.after is None else {"after": self.after}
 
     def check(self, events: int) -> None:
         """Refuse a cursor outside a run of `events` events (no page starts there)."""
@@ -120,38 +123,23 @@ class EventWindow:
 
 
 @dataclass(frozen=True)
-class Verification:
-    """The chain's verification, computed for this request: intact, or the code and the
-    sequence where it broke."""
-
-    intact: bool
-    code: str | None = None
-    sequence: int | None = None
-
-
-@dataclass(frozen=True)
 class RunPage:
-    """One run: its detail (operations: those the page shows; timeline: the state changes
-    among the page's events), one page of events, the verification of the whole chain and
-    the state changes per hour of the whole run."""
+    """One run: its detail (operations: its leases and the page's receipts; timeline: the
+    state changes among the page's events), one page of events, one of receipts, the
+    verification of the whole chain and the state changes per hour of the whole run."""
 
     detail: RunDetail
     events: list[RunEvent]
     window: EventWindow
+    receipt_window: ReceiptWindow
     verification: Verification
     checkpoint: CoveringCheckpoint | None
-    receipts_left_out: int = 0
+    cursor: EventCursor = field(default_factory=EventCursor)
     events_per_hour: dict[int, int] = field(default_factory=dict)
 
-
-def verification_of(runs: RunRepository, run_id: str) -> Verification:
-    """`verify_integrity` of the run as a result to show (a broken chain is not an error
-    of the page)."""
-    try:
-        runs.verify_integrity(run_id)
-    except JournalIntegrityError as error:
-        return Verification(intact=False, code=error.code, sequence=error.sequence)
-    return Verification(intact=True)
+    def receipts_query(self, **operations_cursor: str) -> str:
+        """The query string of a page of receipts beside this one, on this page of events."""
+        return urlencode({**self.cursor.query(), **operations_cursor})
 
 
 def _event(row: tuple[Any, ...], run_id: str) -> RunEvent:
@@ -166,41 +154,16 @@ def _event(row: tuple[Any, ...], run_id: str) -> RunEvent:
     )
 
 
-def _parsed(payload_json: Any) -> Any:
-    # the fold reads a payload's top-level fields only; one that is no JSON ends the
-    # path where it cannot apply (verification names the fault). orjson reads most (a
-    # page may fold thousands); the stdlib what it refuses, and integers of 16 digits
-    # or more (orjson makes those beyond 64 bits floats)
-    if not isinstance(payload_json, str):
-        return None
-    if _LONG_NUMBER.search(payload_json) is None:
-        try:
-            return orjson.loads(payload_json)
-        except orjson.JSONDecodeError:
-            pass
-    try:
-        return json.loads(payload_json)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _fold_fields(rows: list[tuple[Any, ...]]) -> Iterator[EventFields]:
-    # FOLD_EVENTS_OF_RUN's columns, in its order (no row object per event)
-    for sequence, type_, payload_json, event_hash, recorded_at in rows:
-        yield sequence, type_, _parsed(payload_json), event_hash, recorded_at
-
-
 def read_run_page(
     store: RunStore,
     run_id: str,
     cursor: EventCursor | None = None,
-    *,
-    all_operations: bool = False,
+    operations: OperationCursor | None = None,
 ) -> RunPage:
-    """A run's page from `cursor` (default: its first events). `all_operations`: every
-    operation row (the JSON twin), not the leases and the first `RECEIPTS_SHOWN`
-    receipts."""
+    """A run's page from `cursor` (default: its first events), with its leases and the
+    page of receipts from `operations` (default: its first receipts)."""
     cursor = cursor or EventCursor()
+    operations = operations or OperationCursor()
     clock = store.clock or system_clock
     with store.snapshot() as runs:
         projection = runs.status(run_id)  # run-not-found, before any other read
@@ -213,74 +176,69 @@ def read_run_page(
             if cursor.before is not None
             else (EVENTS_OF_RUN_AFTER, {**page_of_events, "after": cursor.after or 0})
         )
-        operation_reads: list[tuple[Any, Mapping[str, Any]]] = (
-            [(OPERATION_ROWS_OF_RUN, one_run)]
-            if all_operations
-            else [
-                (LEASE_ROWS_OF_RUN, one_run),
-                (RECEIPT_ROWS_OF_RUN_PAGE, {**one_run, "limit": RECEIPTS_SHOWN}),
-                (RECEIPT_COUNT_OF_RUN, one_run),
-            ]
-        )
         with database_errors(READ):
             # one round trip on PostgreSQL (pipelined), each through an index
-            times, bindings, event_rows, hours, *operation_rows = sql.raw_rows_of_each(
-                [
-                    (RUN_TIMES, one_run),
-                    (BINDING_ROWS_OF_RUN, one_run),
-                    events_read,
-                    (STATE_CHANGES_PER_HOUR, one_run),
-                    *operation_reads,
-                ]
+            times, bindings, event_rows, leases, receipt_rows, [(operations_count,)] = (
+                sql.raw_rows_of_each(
+                    [
+                        (RUN_TIMES, one_run),
+                        (BINDING_ROWS_OF_RUN, one_run),
+                        events_read,
+                        (LEASE_ROWS_OF_RUN, one_run),
+                        operations.page_read(run_id),
+                        (OPERATION_COUNT_OF_RUN, one_run),
+                    ]
+                )
             )
             if cursor.before is not None:
                 event_rows.reverse()
             events = [_event(row, run_id) for row in event_rows]
             first = events[0].sequence if events else 0
             last = events[-1].sequence if events else 0
-            folded = (
-                sql.raw_rows(FOLD_EVENTS_OF_RUN, run_id=run_id, until=last, limit=last)
-                if events
-                else []
-            )
-        verification = verification_of(runs, run_id)
+            receipt_rows, more = operations.shown(receipt_rows)
+            ids = [OperationDetailRow(*row).operation_id for row in receipt_rows]
+            # whether receipts lie on the side of the page its cursor came from
+            beside = operations.beside_read(run_id, ids[0], ids[-1]) if ids else None
+            found_beside = beside is not None and bool(sql.raw_rows(beside[0], **beside[1]))
+        chain = verified_chain(runs, run_id, projection.sequence)
         checkpoint = covering_checkpoint(runs, run_id)
-    if all_operations:
-        [shown_rows] = operation_rows
-        left_out = 0
-    else:
-        leases, receipts, [(receipt_count,)] = operation_rows
-        shown_rows = leases + receipts
-        left_out = int(receipt_count) - len(receipts)
+    # read backwards: `more` lies before the page; forwards (or the first page): after it
+    backwards = operations.before is not None
+    more_before, more_after = (more, found_beside) if backwards else (found_beside, more)
     now = clock()
-    operations = [operation_record(OperationDetailRow(*row), run_id, now) for row in shown_rows]
-    created_at, updated_at = times[0] if times else (None, None)
+    shown_rows = leases + receipt_rows
     detail = RunDetail(
         projection=projection,
         delivery_bindings=tuple(binding_record(BindingDetailRow(*row), run_id) for row in bindings),
-        operations=tuple(operations),
-        timeline=state_path(_fold_fields(folded), since=first - 1),
-        created_at=created_at,
-        updated_at=updated_at,
+        operations=tuple(
+            operation_record(OperationDetailRow(*row), run_id, now) for row in shown_rows
+        ),
+        timeline=state_path(chain.fold_fields(last), since=first - 1),
+        created_at=times[0][0] if times else None,
+        updated_at=times[0][1] if times else None,
     )
     return RunPage(
         detail=detail,
         events=events,
         window=EventWindow(first=first, last=last, events=projection.sequence),
-        verification=verification,
+        receipt_window=ReceiptWindow(
+            first=ids[0] if ids else None,
+            last=ids[-1] if ids else None,
+            receipts=int(operations_count) - len(leases),
+            more_before=more_before,
+            more_after=more_after,
+        ),
+        verification=chain.verification,
         checkpoint=checkpoint,
-        receipts_left_out=left_out,
-        events_per_hour={int(hour): int(count) for hour, count in hours},
+        cursor=cursor,
+        events_per_hour=chain.state_changes_per_hour(),
     )
 
 
 __all__ = [
     "EVENTS_PER_PAGE",
-    "RECEIPTS_SHOWN",
     "EventCursor",
     "EventWindow",
     "RunPage",
-    "Verification",
     "read_run_page",
-    "verification_of",
 ]

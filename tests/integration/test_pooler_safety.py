@@ -1,7 +1,7 @@
 """What makes cadence-store safe behind a transaction pooler, on the real server.
 
-- the engines the store makes never prepare statements on the server (psycopg's
-  `prepare_threshold=None`), unless the URL or `connect_args` ask for it;
+- (the engines the store makes prepare statements only where no pooler is in between:
+  tests/integration/test_prepared_statements.py);
 - a lost connection as psycopg reports it with no SQLSTATE (a pooler's symptoms) is a
   lost connection: coded `run-store-unavailable` and re-run, never
   `run-store-write-failed` ("nothing was kept");
@@ -15,35 +15,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 from support import ROOT_HASH
 
 import cadence_store
 from cadence_store import RunRepository, RunStore
-from cadence_store.storage.engine import create_store_engine
 from cadence_store.storage.failures import is_connection_lost, translate_database_error
 
 pytestmark = pytest.mark.postgres
-
-
-def _threshold(engine: Engine) -> object:
-    try:
-        with engine.connect() as connection:
-            return connection.connection.dbapi_connection.prepare_threshold  # type: ignore[union-attr]
-    finally:
-        engine.dispose()
-
-
-def test_the_store_s_engines_never_prepare_statements_unless_asked(pg_database_url: str) -> None:
-    assert _threshold(create_store_engine(pg_database_url)) is None
-    assert _threshold(create_store_engine(f"{pg_database_url}&prepare_threshold=7")) == 7
-    explicit = create_store_engine(pg_database_url, connect_args={"prepare_threshold": 3})
-    assert _threshold(explicit) == 3
-    cadence_store.upgrade(pg_database_url)
-    with RunStore(pg_database_url, root_hash=ROOT_HASH) as store, store.engine.connect() as c:
-        raw = c.connection.dbapi_connection
-        assert raw is not None and raw.prepare_threshold is None
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,10 @@ ADOPTABLE = ["current.sqlite3", "legacy-v4.sqlite3", "legacy-v2.sqlite3"]
 
 # damage -> (statement, words the refusal must name)
 DRIFTS = {
-    "dropped-column": ("ALTER TABLE runs DROP COLUMN change_name", "runs.change_name is missing"),
+    "dropped-column": (
+        "ALTER TABLE runs DROP COLUMN provisional_key",
+        "runs.provisional_key is missing",
+    ),
     "dropped-index": (
         "DROP INDEX ix_operations_operation_id",
         "operations: index on ['operation_id'] is missing",

@@ -323,7 +323,10 @@ REVIEWED_DYNAMIC_SQL = {
     ("cadence_store/testing.py", "_fresh_postgresql_database"),
     # CREATE SCHEMA / SET LOCAL search_path on a schema name checked against
     # [A-Za-z_][A-Za-z0-9_]{0,62} and quoted by the dialect's identifier preparer
-    ("cadence_store/storage/schema.py", "_enter_store_schema"),
+    ("cadence_store/storage/backends/postgresql.py", "PostgreSQLBackend.lock_migration"),
+    # the pg_catalog queries, put together from the module's own fixed fragments (the
+    # schema and the table names are bound parameters)
+    ("cadence_store/storage/backends/postgresql_catalogue.py", "<module>"),
 }
 
 

@@ -35,10 +35,11 @@ def test_a_stale_generated_module_is_reported(tmp_path: Path) -> None:
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     generated = tmp_path / "cadence_store" / "store" / "run_store_calls.py"
     text = generated.read_text()
-    edited = text.replace("The run's stored projection", "The run's projection, edited", 1)
+    edited = text.replace("in a read snapshot of its own", "in a snapshot, edited", 1)
     assert edited != text
     generated.write_text(edited)
     result = _check(tmp_path / "tools" / "generate_methods.py")
     assert result.returncode == 1
-    assert '-        """The run\'s projection, edited' in result.stdout
+    removed = [line for line in result.stdout.splitlines() if line.startswith("-  ")]
+    assert any("in a snapshot, edited" in line for line in removed), result.stdout
     assert "stale generated methods" in result.stderr

@@ -1,11 +1,11 @@
 """The package's import graph: layers that only import downwards, no circle, no reach-in.
 
-Layers, bottom up: `errors`; the pure `journal` and `telemetry`; `storage` (tables,
-statements, dialects, schema, engines); `repository` (the rules over one transaction);
-`store` (transactions, the retry loop, the unit of work); `async_store` and `transfer` (built
-on the store); `parallel_verify` (stores and export files across processes); then the web
-view `web` and the entry points `testing`, `cli` (whose `serve` runs `web`) and the
-package itself.
+Layers, bottom up: `errors` and `telemetry_state`; the pure `journal` and `telemetry`;
+`storage` (tables, statements, backends, schema, engines); `repository` (the rules over one
+transaction); `store` (transactions, the retry loop, the unit of work); `async_store` and
+`transfer` (built on the store); `parallel_verify` (stores and export files across
+processes); then the web view `web` and the entry points `testing`, `cli` (whose `serve`
+runs `web`) and the package itself.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cadence_store"
 LAYERS: dict[str, int] = {
     "errors": 0,
     "journal": 1,
+    "telemetry_state": 0,
     "telemetry": 1,
     "storage": 2,
     "repository": 3,

@@ -15,6 +15,7 @@ from cadence_store.storage import (
     read_statements,
     run_statements,
 )
+from cadence_store.storage.backends import BACKENDS, SQLITE
 from cadence_store.storage.read_statements import listing_statement
 from cadence_store.storage.rows import OperationRow, with_server_time
 from cadence_store.storage.statements import Query, RowsWrite, Statement, Write
@@ -99,8 +100,8 @@ def test_the_statements_are_found() -> None:
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
 def test_each_query_has_its_row_type_and_each_write_selects_nothing(name: str) -> None:
     statement = STATEMENTS[name]
-    for dialect in ("sqlite", "postgresql"):
-        built = statement.build(dialect)
+    for backend in BACKENDS:
+        built = statement.build(backend)
         if isinstance(statement, Query):
             columns = list(built.selected_columns)  # type: ignore[attr-defined]
             if statement.row is with_server_time:  # an operation row, then the server's clock
@@ -114,7 +115,7 @@ def test_each_query_has_its_row_type_and_each_write_selects_nothing(name: str) -
 
 def test_a_listing_has_a_row_type() -> None:
     listing = listing_statement(RunListing(stages=("abel-design",), after="x", limit=5))
-    columns = list(listing.build("sqlite").selected_columns)  # type: ignore[attr-defined]
+    columns = list(listing.build(SQLITE).selected_columns)  # type: ignore[attr-defined]
     assert len(columns) == len(listing.row._fields)  # type: ignore[attr-defined]
     assert listing is listing_statement(RunListing(stages=("abel-other",), after="y", limit=9))
     back = listing_statement(RunListing(after="x", limit=5), backwards=True)

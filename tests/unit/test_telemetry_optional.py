@@ -48,7 +48,7 @@ def test_without_opentelemetry_nothing_is_imported_or_wrapped(tmp_path):
         + HIDE_OTEL
         + LIFECYCLE
         + """
-from cadence_store import telemetry
+from cadence_store import telemetry, telemetry_state
 assert not telemetry.OTEL_AVAILABLE
 assert not [name for name in sys.modules if name.startswith("opentelemetry")]
 for cls in (RunStore, AsyncRunStore, RunRepository):
@@ -66,9 +66,9 @@ def test_with_the_api_alone_calls_record_nothing(tmp_path):
         "import sys\n"
         + LIFECYCLE
         + """
-from cadence_store import telemetry
+from cadence_store import telemetry, telemetry_state
 assert telemetry.OTEL_AVAILABLE and hasattr(RunStore.transition, "__wrapped__")
-assert telemetry._api().idle()  # no provider set up: spans and measurements skipped
+assert telemetry_state.api().idle()  # no provider set up: spans and measurements skipped
 from opentelemetry import trace
 assert not trace.get_current_span().get_span_context().is_valid
 print("idle")
@@ -87,20 +87,20 @@ def test_an_idle_unit_of_work_checks_once_and_leaves_the_context_as_it_was(tmp_p
         "import sys, asyncio\n"
         + LIFECYCLE
         + """
-from cadence_store import telemetry
-assert telemetry._api().idle()
+from cadence_store import telemetry, telemetry_state
+assert telemetry_state.api().idle()
 with RunStore(url, root_hash="ab" * 32) as store:
     with store.unit_of_work() as uow:
-        assert telemetry._current.get() is telemetry._IDLE_CALL
+        assert telemetry_state.current_call.get() is telemetry_state.IDLE_CALL
         uow.runs.transition(run.run_id, "paused", operation_id="idle-1", code="x")
-    assert telemetry._current.get() is None
+    assert telemetry_state.current_call.get() is None
     try:
         with store.unit_of_work() as uow:
             uow.runs.transition(run.run_id, "ready", operation_id="idle-2")
             raise KeyError("rolled back")
     except KeyError:
         pass
-    assert telemetry._current.get() is None
+    assert telemetry_state.current_call.get() is None
     uow = store.unit_of_work()
     with uow:
         try:
@@ -108,16 +108,16 @@ with RunStore(url, root_hash="ab" * 32) as store:
                 raise AssertionError("re-entered")
         except cadence_store.StoreUnavailableError as error:
             assert error.code == "unit-of-work-not-reentrant"
-        assert telemetry._current.get() is telemetry._IDLE_CALL
-    assert telemetry._current.get() is None
+        assert telemetry_state.current_call.get() is telemetry_state.IDLE_CALL
+    assert telemetry_state.current_call.get() is None
 
     async def in_async():
         async_url = url.replace("sqlite:", "sqlite+aiosqlite:")
         async with AsyncRunStore(async_url, root_hash="ab" * 32) as astore:
             async with astore.unit_of_work() as auow:
-                assert telemetry._current.get() is telemetry._IDLE_CALL
+                assert telemetry_state.current_call.get() is telemetry_state.IDLE_CALL
                 await auow.runs.transition(run.run_id, "ready", operation_id="idle-3")
-            assert telemetry._current.get() is None
+            assert telemetry_state.current_call.get() is None
 
     asyncio.run(in_async())
     from opentelemetry import trace

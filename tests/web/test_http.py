@@ -7,6 +7,7 @@ import base64
 import json
 import re
 from collections import deque
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import pytest
@@ -215,9 +216,68 @@ def test_a_long_run_pages_its_timeline(client: TestClient, run_store: RunStore) 
     assert html.count("<td>p1") > 0 and "<td>p99</td>" in html and "<td>p9</td>" not in html
     end = client.get(f"/runs/{run_id}?before=1005").text
     assert 'class="next-events"' not in end and 'href="?before=805"' in end
-    # a receipt per call: the page lists 100 of them, the JSON twin every one
-    assert 'id="operations-left-out">and 904 more receipts' in html
-    assert len(first["run"]["operations"]) == 1004
+    # a receipt per call: each page lists 100 of them (`test_a_long_run_pages_its_receipts`)
+    assert len(first["run"]["operations"]) == 100
+
+
+def test_a_long_run_pages_its_receipts(client: TestClient, run_store: RunStore, db: Engine) -> None:
+    run_id = long_run(run_store, 150)  # 304 receipts: pages of 100, 100, 100, 4
+    run_store.acquire_lease(run_id, "long-lease", 60_000)
+    with db.connect() as connection:
+        ids = (
+            connection.execute(
+                text(
+                    "SELECT operation_id FROM operations WHERE run_id = :run_id "
+                    "AND kind <> 'lease' ORDER BY operation_id"
+                ),
+                {"run_id": run_id},
+            )
+            .scalars()
+            .all()
+        )
+    assert len(ids) == 304
+
+    def receipts_of(page: dict[str, Any]) -> list[str]:
+        operations = page["run"]["operations"]
+        assert operations[0]["operationId"] == "long-lease"  # the leases, on every page
+        return [operation["operationId"] for operation in operations[1:]]
+
+    first = client.get(f"/api/runs/{run_id}").json()
+    assert first["operationPage"] == {
+        "size": 100,
+        "first": ids[0],
+        "last": ids[99],
+        "receipts": 304,
+        "previous": None,
+        "next": f"operations_after={ids[99]}",
+    }
+    # next to the end, then previous back to the start: every receipt once, in order
+    pages, query = [first], first["operationPage"]["next"]
+    while query is not None:
+        pages.append(client.get(f"/api/runs/{run_id}?{query}").json())
+        query = pages[-1]["operationPage"]["next"]
+    assert [len(receipts_of(page)) for page in pages] == [100, 100, 100, 4]
+    assert [receipt for page in pages for receipt in receipts_of(page)] == ids
+    backward, query = [], pages[-1]["operationPage"]["previous"]
+    assert query == f"operations_before={ids[300]}"
+    while query is not None:
+        page = client.get(f"/api/runs/{run_id}?{query}").json()
+        backward = receipts_of(page) + backward
+        query = page["operationPage"]["previous"]
+    assert backward == ids[:300]
+    # the HTML page: its receipt links keep the page of events, its event links do not
+    html = client.get(f"/runs/{run_id}?after=200&operations_after={ids[99]}").text
+    assert f'href="?after=200&amp;operations_after={ids[199]}"' in html
+    assert f'href="?after=200&amp;operations_before={ids[100]}"' in html
+    assert 'class="first-receipts" href="?after=200"' in html
+    assert 'href="?before=201"' in html and "304 receipts, 100 a page" in html
+    for bad in (
+        "operations_after=%00",
+        f"operations_before={'x' * 1025}",
+        f"operations_after={ids[0]}&operations_before={ids[9]}",
+    ):
+        refused = client.get(f"/api/runs/{run_id}?{bad}")
+        assert refused.status_code == 400 and refused.json()["error"] == "invalid-operation-cursor"
 
 
 def test_a_broken_chain_shows_broken_on_every_page(
@@ -230,6 +290,25 @@ def test_a_broken_chain_shows_broken_on_every_page(
         verification = client.get(path).json()["verification"]
         assert verification["intact"] is False and verification["sequence"] == 290, path
     assert "broken: " in client.get(f"/runs/{run_id}").text
+
+
+def test_a_chain_that_does_not_verify_still_shows_its_states(
+    client: TestClient, run_store: RunStore, db: Engine
+) -> None:
+    """A page folds the rows verification read, once it verified the chain whole; a
+    chain that breaks early (a hash the fold does not check) is read again to its head."""
+    run_id = long_run(run_store, 600)  # 1,204 events: verification reads 1,000, then more
+    with db.begin() as connection:
+        connection.execute(
+            text("UPDATE events SET event_hash = :hash WHERE run_id = :run_id AND sequence = 290"),
+            {"hash": "ab" * 32, "run_id": run_id},
+        )
+    last = client.get(f"/api/runs/{run_id}?before=1205").json()
+    assert last["verification"]["intact"] is False and last["verification"]["sequence"] == 290
+    timeline = last["run"]["timeline"]
+    assert [entry["sequence"] for entry in timeline] == list(range(1005, 1205))
+    assert timeline[-1] == {**timeline[-1], "state": "paused", "code": "p599"}
+    assert "broken: " in client.get(f"/runs/{run_id}?before=1205").text
 
 
 def test_the_list_shows_times_and_pages_back_by_keyset(
