@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ArchiveInvalidError,
     CadenceStoreError,
     CheckpointError,
     HostWriteError,
@@ -12,6 +13,7 @@ from .errors import (
     LeaseFencedError,
     MigrationError,
     OperationConflictError,
+    RunArchivedError,
     RunNotFoundError,
     SchemaOutOfDateError,
     StateRootError,
@@ -31,6 +33,7 @@ from .journal import (
     RunProjection,
     Transition,
 )
+from .journal.archives import ArchiveReport
 from .journal.feed import FeedItem
 from .journal.note_keys import SignerKey, VerifierKey, generate_signer_key
 from .journal.tree_views import (
@@ -76,12 +79,14 @@ __version__ = "0.1.0"
 __all__ = [
     "OWNED_TABLES",
     "ApprovalProof",
+    "ArchiveInvalidError",
     "AsyncRunRepository",
     "AsyncRunStore",
     "BindDelivery",
     "BindingRecord",
     "CadenceStoreError",
     "CheckpointError",
+    "ArchiveReport",
     "CheckpointReport",
     "ConsistencyProof",
     "DeliveryBinding",
@@ -99,6 +104,7 @@ __all__ = [
     "OperationStatus",
     "RunDetail",
     "RunEvent",
+    "RunArchivedError",
     "RunNotFoundError",
     "RunProjection",
     "RunRepository",

@@ -47,6 +47,22 @@ class RunNotFoundError(CadenceStoreError):
     default_code = "run-not-found"
 
 
+class RunArchivedError(RunNotFoundError):
+    """The run was archived (`RunStore.archive`): its rows are gone from the store and its
+    archive file holds it (`run-archived`, naming the run). Raised by every call naming
+    it and by every replay of one of its operation ids; never retryable. A subclass of
+    `RunNotFoundError`, so that code written before retention still takes it for a
+    missing run."""
+
+    default_code = "run-archived"
+
+    def __init__(
+        self, code: str | None = None, detail: str | None = None, *, run_id: str | None = None
+    ) -> None:
+        super().__init__(code, detail)
+        self.run_id = run_id
+
+
 class OperationConflictError(CadenceStoreError):
     """The request contradicts what is already recorded (operation ids, keys, revisions)."""
 
@@ -158,6 +174,15 @@ class CheckpointError(JournalIntegrityError):
     default_code = "checkpoint-mismatch"
 
 
+class ArchiveInvalidError(JournalIntegrityError):
+    """A file given as an archive is not one, or not whole: no archive header, a line that
+    is not a run of it, a run whose leaves do not match its events, no trailer or a
+    trailer whose counts differ (truncated), lines after the trailer (`archive-invalid`).
+    Evidence that does not hold, like the chain's own failures."""
+
+    default_code = "archive-invalid"
+
+
 class MigrationError(CadenceStoreError):
     """An upgrade step failed; the whole upgrade was rolled back."""
 
@@ -214,7 +239,8 @@ class StorePermissionError(StoreUnavailableError):
 
     default_code = "run-store-permission-denied"
     TABLES: ClassVar[str] = (
-        "runs, events, operations, delivery_bindings, follower_positions, tree_tiles, checkpoints"
+        "runs, events, operations, delivery_bindings, follower_positions, tree_tiles, "
+        "checkpoints, kept_leaves, archived_runs, archived_operations"
     )
 
     def __init__(
@@ -259,6 +285,7 @@ class HostWriteError(CadenceStoreError):
 
 
 __all__ = [
+    "ArchiveInvalidError",
     "CadenceStoreError",
     "CheckpointError",
     "HostWriteError",
@@ -268,6 +295,7 @@ __all__ = [
     "LeaseFencedError",
     "MigrationError",
     "OperationConflictError",
+    "RunArchivedError",
     "RunNotFoundError",
     "SchemaOutOfDateError",
     "StateRootError",

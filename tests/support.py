@@ -9,10 +9,13 @@ from sqlalchemy import Engine, select
 
 from cadence_store.storage.feed_notifier import flush_notifiers
 from cadence_store.storage.models import (
+    archived_operations,
+    archived_runs,
     checkpoints,
     delivery_bindings,
     events,
     follower_positions,
+    kept_leaves,
     operations,
     runs,
     tree_tiles,
@@ -44,6 +47,9 @@ OWNED = {
     "follower_positions": follower_positions,
     "tree_tiles": tree_tiles,
     "checkpoints": checkpoints,
+    "kept_leaves": kept_leaves,
+    "archived_runs": archived_runs,
+    "archived_operations": archived_operations,
 }
 
 Snapshot = dict[str, list[tuple[Any, ...]]]

@@ -150,7 +150,13 @@ ASYNC_SHARED = (
 # their calls of another signature in each: `RunStore`'s take no `lease_token` / `expire`
 ASYNC_OWN = ("acquire_lease", "inspect_operation")
 # `RunStore`'s transparency-tree calls (the store's own: not calls of `RunRepository`)
-TREE_CALLS = ("checkpoint", "verify_checkpoint", "inclusion_proof", "consistency_proof")
+TREE_CALLS = (
+    "checkpoint",
+    "verify_checkpoint",
+    "inclusion_proof",
+    "consistency_proof",
+    "archive",
+)
 ON_SYNC = "return await self._on_sync(lambda calls: calls.{name}({arguments}))"
 ON_SYNC_DOC = f"Await the synchronous `{{name}}` behind this one {SAME}."
 
@@ -239,7 +245,10 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from os import PathLike
+
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from ..journal.archives import ArchiveProgressCallback, ArchiveReport
 from ..journal.feed import FeedItem
 from ..journal.note_keys import SignerKey, VerifierKey
 from ..journal.tree_views import (
@@ -249,6 +258,7 @@ from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..journal.vocabulary import DELIVERY_BOUND
 from ..repository.run_repository import RunRepository
+from ..store.retention import DEFAULT_ARCHIVE_BATCH
 from ..telemetry import traced
 """
 

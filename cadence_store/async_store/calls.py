@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from os import PathLike
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection
+from ..journal.archives import ArchiveProgressCallback, ArchiveReport
 from ..journal.feed import FeedItem
 from ..journal.note_keys import SignerKey, VerifierKey
 from ..journal.tree_views import (
@@ -26,6 +28,7 @@ from ..repository.run_repository import RunRepository
 from ..store import host_calls
 from ..store.following import DEFAULT_POLL_S, Stop
 from ..store.host_calls import HostCall, HostWrite
+from ..store.retention import DEFAULT_ARCHIVE_BATCH
 from ..store.run_store import RunStore
 from ..telemetry import traced
 
@@ -303,6 +306,26 @@ class AsyncRunStoreCalls(AsyncJournalCalls):
         """Await `RunStore.consistency_proof`, run off the event loop (same arguments, same
         result)."""
         return await self._on_store(RunStore.consistency_proof, old_size, new_size)
+
+    @traced
+    async def archive(
+        self,
+        *,
+        finished_before_ms: int,
+        to: str | PathLike[str],
+        key: SignerKey | str,
+        batch: int = DEFAULT_ARCHIVE_BATCH,
+        progress: ArchiveProgressCallback | None = None,
+    ) -> ArchiveReport:
+        """Await `RunStore.archive`, run off the event loop (same arguments, same result)."""
+        return await self._on_store(
+            RunStore.archive,
+            finished_before_ms=finished_before_ms,
+            to=to,
+            key=key,
+            batch=batch,
+            progress=progress,
+        )
 
     @traced
     async def bind_delivery_atomically(

@@ -15,7 +15,18 @@ models and no SQL (tests/cli/test_read_commands.py scans it).
 """
 
 # the commands register
-from . import checkpoints, demo, follow, inspect, lease, operate, serve, transfer, verify
+from . import (
+    checkpoints,
+    demo,
+    follow,
+    inspect,
+    lease,
+    operate,
+    retention,
+    serve,
+    transfer,
+    verify,
+)
 from .group import main
 
 __all__ = [
@@ -26,6 +37,7 @@ __all__ = [
     "lease",
     "main",
     "operate",
+    "retention",
     "serve",
     "transfer",
     "verify",

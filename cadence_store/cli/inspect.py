@@ -85,6 +85,7 @@ def _store_details(engine: Engine, schema: str | None, root: StateRoot | None) -
             operations=counted.operations,
             bindings=counted.bindings,
             byState=counted.by_state,
+            archived=counted.archived,
         )
     return details
 

@@ -70,13 +70,17 @@ def export_command(url: str | None, out: str | None) -> None:
 @click.argument("file", metavar="FILE")
 @url_option
 def import_command(file: str, url: str | None) -> None:
-    """Import an export file ('-' for standard input) into a database at head.
+    """Import an export file, or restore an archive file ('-' for standard input), into
+    a database at head.
 
     Every record is checked first, so a bad file or a conflicting run writes nothing;
-    runs already present and identical are skipped (importing twice changes nothing).
+    runs already present and identical are skipped (importing twice changes nothing). An
+    archive's runs go back where the store archived them, their leaves matched with the
+    ones it kept (checkpoint-mismatch when they differ).
 
     \b
     Example: cadence-store import runs.jsonl --url postgresql+psycopg://app@db/cadence
+    Example: cadence-store import runs-2025.archive --url sqlite:///runs.sqlite3
     """
     with opened(url, create=True) as store, open_input(file) as lines, progress_bar() as bar:
         task = bar.add_task("importing runs", total=None)

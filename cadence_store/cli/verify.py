@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
 
 from ..parallel_verify import verify_runs
+from ..store import checkpoints as store_checkpoints
 from ..transfer import RunCheck, iter_verify_export
+from ..transfer.archive_file import ArchiveVerification, verify_archive
 from . import checkpoints, render
 from .group import describe, json_option, main, open_input, opened, progress_bar, url_option
 
@@ -31,15 +33,20 @@ def _check_json(check: RunCheck) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
-def _report_checks(results: Sequence[RunCheck], label: str, *, as_json: bool = False) -> None:
+def _report_checks(
+    results: Sequence[RunCheck], label: str, *, as_json: bool = False, kept: int | None = None
+) -> None:
+    """`kept`: the archived runs' leaves checked against the stored tree (a whole store)."""
     broken = [check for check in results if not check.ok]
     if as_json:
-        report = {
+        report: dict[str, Any] = {
             "database": label,
             "verified": len(results),
             "ok": len(results) - len(broken),
             "broken": [_check_json(check) for check in broken],
         }
+        if kept:
+            report["keptLeaves"] = kept
         click.echo(render.printable(json.dumps(report, ensure_ascii=False)))
         if broken:
             sys.exit(render.EXIT_CORRUPT)
@@ -54,6 +61,8 @@ def _report_checks(results: Sequence[RunCheck], label: str, *, as_json: bool = F
         f"verified {len(results)} run(s) in {label}: {len(results) - len(broken)} ok, "
         f"{len(broken)} broken"
     )
+    if kept:
+        click.echo(f"{kept} leaf(s) of archived runs match the stored tree")
     if broken:
         sys.exit(render.EXIT_CORRUPT)
 
@@ -67,6 +76,47 @@ def _verify_file(path: str, *, as_json: bool) -> None:
             bar.advance(task)
         bar.update(task, total=len(results))
     _report_checks(results, path, as_json=as_json)
+
+
+def _verify_archive(path: str, checkpoint_file: str, vkey: str, *, as_json: bool) -> None:
+    note = checkpoints.read_note_file(checkpoint_file)
+    key = checkpoints.read_verifier_key(vkey)
+    with open_input(path) as lines, progress_bar() as bar:
+        task = bar.add_task("verifying archive lines", total=None)
+
+        def counted() -> Iterator[str]:
+            for line in lines:
+                bar.advance(task)
+                yield line
+
+        report = verify_archive(counted(), note, key)
+    _report_archive(report, path, as_json=as_json)
+
+
+def _report_archive(report: ArchiveVerification, path: str, *, as_json: bool) -> None:
+    if as_json:
+        document = {"archive": path, **report.to_json()}
+        click.echo(render.printable(json.dumps(document, ensure_ascii=False)))
+    elif report.failure is not None:
+        failure = report.failure
+        click.echo(render.printable(f"BROKEN archive {path}: {failure.detail} ({failure.code})"))
+        click.echo(
+            f"archive {path} does not verify: {report.runs} run(s), {report.events} event(s) "
+            f"read, {report.broken} run(s) broken"
+        )
+    else:
+        click.echo(
+            f"archive {path} verified: {report.runs} run(s), {report.events} event(s); every "
+            f"event's leaf is in the tree of {report.tree_size} leaves (root {report.root_hash}) "
+            f"that the checkpoint of {report.origin} signs"
+        )
+        if report.later_checkpoint:
+            click.echo(
+                "the checkpoint given is later than the archive's: that the two are "
+                "consistent is checked on the store (verify --checkpoint with each note)"
+            )
+    if not report.ok:
+        sys.exit(render.EXIT_CORRUPT)
 
 
 @main.command()
@@ -95,6 +145,13 @@ def _verify_file(path: str, *, as_json: bool) -> None:
     "tree at its size recomputed from the events, and every chain.",
 )
 @click.option("--vkey", metavar="KEY", help="The checkpoint's verifier key, or a file holding it.")
+@click.option(
+    "--archive",
+    "archive_file",
+    metavar="FILE",
+    help="Check an archive file offline instead (with --checkpoint and --vkey; no database): "
+    "its checkpoint's signature, every chain, every event's inclusion proof, its trailer.",
+)
 @json_option
 def verify(
     run_ids: Sequence[str],
@@ -103,6 +160,7 @@ def verify(
     jobs: int,
     checkpoint_file: str | None,
     vkey: str | None,
+    archive_file: str | None,
     as_json: bool,
 ) -> None:
     """Verify hash chains and stored projections (all runs, or the ones named).
@@ -115,7 +173,15 @@ def verify(
     Example: cadence-store verify --file runs.jsonl
     Example: cadence-store verify --json (one JSON object: counts and every broken run)
     Example: cadence-store verify --checkpoint head.txt --vkey runs.vkey
+    Example: cadence-store verify --archive runs-2025.archive --checkpoint head.txt --vkey runs.vkey
     """
+    if archive_file is not None:
+        if checkpoint_file is None or vkey is None:
+            raise click.UsageError("--archive needs --checkpoint and --vkey")
+        if run_ids or file_ is not None:
+            raise click.UsageError("--archive checks one archive file; name no run or --file")
+        _verify_archive(archive_file, checkpoint_file, vkey, as_json=as_json)
+        return
     if checkpoint_file is not None or vkey is not None:
         if checkpoint_file is None or vkey is None:
             raise click.UsageError("--checkpoint and --vkey go together")
@@ -137,5 +203,7 @@ def verify(
         with progress_bar() as bar:
             task = bar.add_task("verifying runs", total=len(ids))
             results = verify_runs(store, ids, jobs=jobs, on_result=lambda _: bar.advance(task))
+        # the whole store: the leaves its archives kept too (`checkpoint-mismatch`: exit 1)
+        kept = None if run_ids else store_checkpoints.verify_kept_leaves(store.transactions)
         label = describe(store)
-    _report_checks(results, label, as_json=as_json)
+    _report_checks(results, label, as_json=as_json, kept=kept)

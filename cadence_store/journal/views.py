@@ -79,13 +79,15 @@ class RunDetail(CadenceValue):
 
 
 class StoreCounts(CadenceValue):
-    """Rows in the four tables, and runs per state (states in sorted order)."""
+    """Rows in the four tables, runs per state (states in sorted order), and the runs an
+    archive deleted (`archived`: counted in none of the others)."""
 
     runs: StrictInt
     events: StrictInt
     operations: StrictInt
     bindings: StrictInt
     by_state: dict[str, int]
+    archived: StrictInt = 0
 
 
 @dataclass(frozen=True, slots=True)

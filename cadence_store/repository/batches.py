@@ -22,7 +22,6 @@ from ..errors import (
     InvalidTransitionError,
     JournalIntegrityError,
     OperationConflictError,
-    RunNotFoundError,
 )
 from ..journal import RUN_STATES, RunProjection
 from ..journal.documents import built_projection, stored_projection
@@ -39,6 +38,7 @@ from ..storage.batch_statements import (
 from ..storage.rows import BatchReceiptRow
 from ..storage.run_statements import HEAD_FOR_UPDATE
 from ..storage.statements import Statements, json_rows
+from .archived import missing_run
 from .core import TRANSITIONED, JournalAccess, NextEvent, transition_payload
 from .transaction import RunHead
 
@@ -133,7 +133,7 @@ class TransitionBatches:
                 return stored_projection(receipt.outcome_json), False
         head = heads[run_id]
         if head is None:
-            raise RunNotFoundError("run-not-found")
+            raise missing_run(self._access.write_statements(), run_id)
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
         event = NextEvent.after(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import InvalidInputError, OperationConflictError, RunNotFoundError
+from ..errors import InvalidInputError, OperationConflictError
 from ..journal import RunProjection
 from ..journal.documents import Document, built_projection, stored_projection
 from ..journal.validation import check_deliveries, require_findable_run
@@ -20,6 +20,7 @@ from ..storage.rows import BindingReceiptRow
 from ..storage.run_statements import BINDING, INSERT_BINDING
 from ..storage.statements import Statements
 from .appender import EventAppender
+from .archived import missing_run
 from .core import JournalAccess
 from .leases import Leases, fenced
 
@@ -55,7 +56,7 @@ class DeliveryBindings:
             revision=request.revision,
         )
         if head is None:
-            raise RunNotFoundError("run-not-found")
+            raise missing_run(sql, request.run_id)
         wanted = BindingReceiptRow(
             receipt_hash=request.receipt_hash,
             approval_revision=proof.revision if proof else None,

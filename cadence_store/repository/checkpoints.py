@@ -21,6 +21,7 @@ from ..journal.notes import Checkpoint, SignerKey, sign_checkpoint
 from ..journal.tiles import TILE_WIDTH, split_hashes
 from ..journal.tree_views import ConsistencyProof, InclusionProof, SignedCheckpoint
 from ..journal.validation import require_run_id_text
+from ..storage.retention_statements import KEPT_LEAF_PAGE
 from ..storage.rows import CheckpointRow, LeafRow
 from ..storage.statements import Statements
 from ..storage.tree_statements import (
@@ -34,8 +35,9 @@ from ..storage.tree_statements import (
     TILE_PAGE,
     TREE_SIZE,
 )
+from .archived import missing_run
 from .core import JournalAccess
-from .tree_tiles import StoredNodeCheck, StoredTree, extend, leaf_hash_of, leaves
+from .tree_tiles import LEAF_BATCH, StoredNodeCheck, StoredTree, extend, leaf_hash_of, leaves
 
 CHECKPOINT_NOT_FOUND = "checkpoint-not-found"
 LEAF_NOT_IN_TREE = "leaf-not-in-tree"
@@ -121,6 +123,29 @@ class TreeCheckpoints:
             )
         return size
 
+    def verify_kept_leaves(self) -> int:
+        """Check each leaf an archive kept against the stored tree (its hash is the tile's
+        at its position, within the newest recorded checkpoint); how many there are.
+        `checkpoint-mismatch` naming the first that departs."""
+        sql = self._access.read_statements()
+        newest = sql.one(NEWEST_CHECKPOINT)
+        stored = 0 if newest is None else int(newest.tree_size)
+        tree = StoredTree(sql)
+        tile_index, hashes = -1, []
+        count = after = 0
+        while rows := sql.all(KEPT_LEAF_PAGE, after=after, limit=LEAF_BATCH):
+            for row in rows:
+                after = int(row.position)
+                index = int(row.position) - 1
+                if index // TILE_WIDTH != tile_index:
+                    tile_index = index // TILE_WIDTH
+                    hashes = tree.leaf_hashes(tile_index)
+                offset = index % TILE_WIDTH
+                if index >= stored or offset >= len(hashes) or hashes[offset] != leaf_hash_of(row):
+                    raise _leaf_departs(row, "the stored tree")
+                count += 1
+        return count
+
     # -- proofs ------------------------------------------------------------------------
 
     def inclusion_proof(
@@ -131,7 +156,12 @@ class TreeCheckpoints:
         sql = self._access.read_statements()
         run = sql.one(NEWEST_SEQUENCE, run_id=run_id)
         if run is None:
-            raise RunNotFoundError("run-not-found", f"no run {run_id!r}")
+            error = missing_run(sql, run_id)
+            raise (
+                error
+                if error.code != "run-not-found"
+                else RunNotFoundError("run-not-found", f"no run {run_id!r}")
+            )
         if sequence is None:
             sequence = int(run.sequence)
         if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1:

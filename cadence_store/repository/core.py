@@ -27,7 +27,6 @@ from ..errors import (
     InvalidInputError,
     JournalIntegrityError,
     OperationConflictError,
-    RunNotFoundError,
 )
 from ..journal import RunProjection
 from ..journal.documents import Document, stored_projection
@@ -53,6 +52,7 @@ from ..storage.run_statements import (
     OPERATION_TIMED,
 )
 from ..storage.statements import Statements
+from .archived import missing_run
 from .transaction import JournalTransaction, RunHead
 
 Clock = Callable[[], int]
@@ -287,10 +287,10 @@ class JournalAccess:
         return head
 
     def require_head(self, sql: Statements, run_id: str, *, lock: bool) -> RunHead:
-        """`head`, or `run-not-found`."""
+        """`head`, or `run-not-found` (`run-archived` for a run an archive deleted)."""
         head = self.head(sql, run_id, lock=lock)
         if head is None:
-            raise RunNotFoundError("run-not-found")
+            raise missing_run(sql, run_id)
         return head
 
     def forget_head(self, run_id: str) -> None:

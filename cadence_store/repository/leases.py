@@ -14,7 +14,7 @@ from ..errors import (
     JournalIntegrityError,
     LeaseFencedError,
     OperationConflictError,
-    RunNotFoundError,
+    RunArchivedError,
 )
 from ..journal import OperationLease, OperationStatus, js_stringify
 from ..journal.canonical import JsonValueError, has_lossy_number
@@ -41,6 +41,7 @@ from ..storage.run_statements import (
     RESTART_LEASE,
 )
 from ..storage.statements import Statements
+from .archived import missing_run
 from .core import LEASE, ExpiryNeeded, JournalAccess, expiry
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,10 @@ class Leases:
         `lease-fenced`. The token decides which grant is live (no clock involved); the
         lease time decides only whether that grant has expired."""
         row, now = self._access.timed_operation(sql, lease.run_id, lease.operation_id, lock=True)
+        if row is None:
+            missing = missing_run(sql, lease.run_id)
+            if isinstance(missing, RunArchivedError):  # not a grant gone: the whole run
+                raise missing
         if (
             row is None
             or now is None
@@ -125,7 +130,7 @@ class Leases:
         if self._access.server_clock():
             locked = sql.one(HEAD_FOR_UPDATE_TIMED, run_id=run_id)
             if locked is None:
-                raise RunNotFoundError("run-not-found")
+                raise missing_run(sql, run_id)
             existing, existing_now = self._access.timed_operation(
                 sql, run_id, operation_id, lock=True
             )

@@ -41,6 +41,7 @@ from ..storage.read_statements import (
     RUN_TIMES,
     listing_statement,
 )
+from ..storage.retention_statements import ARCHIVED_COUNT
 from ..storage.rows import BindingDetailRow, OperationDetailRow
 from ..storage.statements import Statements
 
@@ -84,12 +85,14 @@ def counts(sql: Statements) -> StoreCounts:
     row = sql.one(COUNT_ROWS)
     assert row is not None  # an aggregate always returns its row
     by_state = sql.all(COUNT_RUNS_BY_STATE)
+    archived = sql.one(ARCHIVED_COUNT)
     return StoreCounts(
         runs=int(row.runs),
         events=int(row.events),
         operations=int(row.operations),
         bindings=int(row.bindings),
         by_state={state_row.state: int(state_row.runs) for state_row in by_state},
+        archived=0 if archived is None else int(archived.archived),
     )
 
 

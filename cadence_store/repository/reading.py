@@ -9,7 +9,7 @@ from contextlib import closing
 from itertools import chain
 from typing import Any
 
-from ..errors import InvalidTransitionError, JournalIntegrityError, RunNotFoundError
+from ..errors import InvalidTransitionError, JournalIntegrityError
 from ..journal import ChainVerifier, RunEvent, RunProjection
 from ..journal.documents import Document, event_payload, projection_of, stored_projection
 from ..journal.receipts import LocatedReceipts, ReceiptVerifier, receipt_error
@@ -33,6 +33,7 @@ from ..storage.run_statements import (
 )
 from ..storage.statements import Query, Statements
 from . import queries
+from .archived import missing_run
 from .core import EVENT_BATCH, JournalAccess
 
 logger = logging.getLogger(__name__)
@@ -223,7 +224,7 @@ class RunReads:
         )
         row = next((VERIFY_COLUMNS.row(*found) for found in columns_rows), None)
         if row is None:
-            raise RunNotFoundError("run-not-found")
+            raise missing_run(sql, run_id)
         # receipts are streamed in chain order beside the events (nothing kept per
         # receipt); the few rows it does not locate are checked first, and those it
         # locates without a receipt's shape (never written so) after it

@@ -46,6 +46,7 @@ from ..storage.run_statements import (
     START_RECEIPTS,
 )
 from .appender import EventAppender
+from .archived import refuse_archived_start
 from .core import START, JournalAccess
 
 
@@ -139,6 +140,9 @@ class RunStarts:
                 )
                 return projection_of(document)
 
+        # a fresh run: not the replay of an archived run's start, nor (unless its stage
+        # gives a finished run's key up) a second run under an archived run's key
+        refuse_archived_start(sql, root_hash, stage, operation_id, primary_key)
         run_id = new_run_id()
         payload: Document = {"runId": run_id, "rootHash": root_hash, "stage": stage}
         if change is not None:

@@ -9,12 +9,13 @@ path: the stored head, locked, and the receipt upserted.
 
 from __future__ import annotations
 
-from ..errors import InvalidTransitionError, RunNotFoundError
+from ..errors import InvalidTransitionError
 from ..journal import RUN_STATES, RunProjection
 from ..journal.documents import built_projection
 from ..journal.validation import require_transition_input
 from ..storage.statements import Statements
 from .appender import EVENT_REFUSED, EventAppender
+from .archived import missing_run
 from .core import TRANSITIONED, JournalAccess, transition_payload
 from .leases import LeaseInput, Leases, fenced
 from .transaction import RunHead
@@ -68,7 +69,7 @@ class Transitions:
         if replay is not None:
             return replay, False
         if head is None:
-            raise RunNotFoundError("run-not-found")
+            raise missing_run(sql, run_id)
         if not isinstance(to, str) or to not in RUN_STATES:
             raise InvalidTransitionError("event-integrity-state-mismatch")
         # No committed receipt: an uncommitted row of this operation id, or a head that

@@ -29,6 +29,7 @@ from sqlalchemy.sql import ClauseElement, Select
 
 from .backends import Backend
 from .models import EVENT_COLUMNS, events, follower_positions
+from .positions import highest_position
 from .rows import FeedRow, FollowerPositionRow, LockedRow, UnnumberedRow
 from .statements import Query, Write
 
@@ -72,7 +73,7 @@ def _number_unnumbered() -> ClauseElement:
     id and sequence. On PostgreSQL it runs after `FEED_LOCK_IF_UNNUMBERED` in the same
     transaction, as a statement of its own: its snapshot is then taken after the lock,
     and sees the last numbering."""
-    highest = select(func.coalesce(func.max(events.c.feed_position), 0)).scalar_subquery()
+    highest = highest_position().scalar_subquery()  # archived runs' leaves too
     timed = (
         select(
             events.c.run_id,

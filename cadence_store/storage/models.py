@@ -205,6 +205,54 @@ class CheckpointRow(Base):
     recorded_at: Mapped[int] = mapped_column(Int64)
 
 
+class KeptLeafRow(Base):
+    """cadence-store's own table (revision cs0008): the tree leaf of every event an archive
+    deleted, so the feed keeps every position and every later checkpoint still covers
+    the archived events (`RunStore.archive`)."""
+
+    __tablename__ = "kept_leaves"
+    __table_args__ = (STRICT,)
+
+    feed_position: Mapped[int] = mapped_column(Int64, primary_key=True, autoincrement=False)
+    run_id: Mapped[str] = mapped_column(Text)
+    sequence: Mapped[int] = mapped_column(Int64)
+    event_hash: Mapped[str] = mapped_column(Text)
+
+
+class ArchivedRunRow(Base):
+    """cadence-store's own table (revision cs0008): each run an archive deleted, so a call
+    naming it answers `run-archived`, and a start under its lookup key is not taken for a
+    fresh one. Times are milliseconds by the store's clock."""
+
+    __tablename__ = "archived_runs"
+    __table_args__ = (Index(None, "root_hash", "stage", "lookup_key"), STRICT)
+
+    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    root_hash: Mapped[str] = mapped_column(Text)
+    stage: Mapped[str] = mapped_column(Text)
+    lookup_key: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(Text)
+    archived_at: Mapped[int] = mapped_column(Int64)
+    last_event_at: Mapped[int | None] = mapped_column(Int64)
+    event_count: Mapped[int] = mapped_column(Int64)
+    event_hash: Mapped[str] = mapped_column(Text)  # the head of the run's chain
+
+
+class ArchivedOperationRow(Base):
+    """cadence-store's own table (revision cs0008): the operation ids of the archived
+    runs, so that replaying one answers `run-archived` rather than a second effect."""
+
+    __tablename__ = "archived_operations"
+    __table_args__ = (
+        PrimaryKeyConstraint("run_id", "operation_id"),
+        Index(None, "operation_id"),
+        STRICT,
+    )
+
+    run_id: Mapped[str] = mapped_column(Text)
+    operation_id: Mapped[str] = mapped_column(Text)
+
+
 metadata: Final = Base.metadata
 # Core tables for the hot path (statements on the session's connection, no ORM state).
 runs: Final = cast(Table, Run.__table__)
@@ -214,6 +262,9 @@ operations: Final = cast(Table, OperationRow.__table__)
 follower_positions: Final = cast(Table, FollowerPositionRow.__table__)
 tree_tiles: Final = cast(Table, TreeTileRow.__table__)
 checkpoints: Final = cast(Table, CheckpointRow.__table__)
+kept_leaves: Final = cast(Table, KeptLeafRow.__table__)
+archived_runs: Final = cast(Table, ArchivedRunRow.__table__)
+archived_operations: Final = cast(Table, ArchivedOperationRow.__table__)
 # an event as it is read back (a chain's replay, the feed): `rows.EventRow`'s columns
 EVENT_COLUMNS: Final = (
     events.c.sequence,
@@ -233,5 +284,8 @@ OWNED_TABLES: Final = frozenset(
         "follower_positions",
         "tree_tiles",
         "checkpoints",
+        "kept_leaves",
+        "archived_runs",
+        "archived_operations",
     }
 )

@@ -239,3 +239,33 @@ class EventPlaceRow(NamedTuple):
 
 class NewestSequenceRow(NamedTuple):
     sequence: int
+
+
+class ArchivableRunRow(NamedTuple):
+    """A finished run an archive may take: its head, and when its last event was
+    recorded (the run row's `updated_at` for an event cadence 1.x wrote)."""
+
+    run_id: str
+    sequence: int
+    event_hash: str
+    last_event_at: int | None
+
+
+class ArchivedRunIdRow(NamedTuple):
+    run_id: str
+
+
+class ArchivedCountRow(NamedTuple):
+    archived: int
+
+
+class EventPositionRow(NamedTuple):
+    sequence: int
+    position: int | None
+
+
+class RunScopeRow(NamedTuple):
+    run_id: str
+    root_hash: str
+    stage: str
+    lookup_key: str

@@ -10,13 +10,14 @@ right-edge tile as it fills.
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy import Select, and_, bindparam, func, select, union_all
 from sqlalchemy.sql import ClauseElement
 
 from .backends import Backend
-from .models import checkpoints, events, runs, tree_tiles
+from .models import checkpoints, events, kept_leaves, runs, tree_tiles
+from .positions import highest_position
 from .rows import (
     CheckpointRow,
     EventPlaceRow,
@@ -64,28 +65,35 @@ CHECKPOINT_LOCK: Final = Query(
     lambda _: select(func.pg_advisory_xact_lock(bindparam("key"))),
     LockedRow,
 )
-# the tree's size: positions are gap-free from 1, so the highest one numbered
-TREE_SIZE: Final = Query(
-    "tree_size",
-    lambda _: select(func.coalesce(func.max(events.c.feed_position), 0)),
-    TreeSizeRow,
-)
-# leaves `after + 1 ..` up to position `through`, in position order (a page of `limit`)
-LEAF_PAGE: Final = Query(
-    "leaf_page",
-    lambda _: (
-        select(events.c.feed_position, events.c.run_id, events.c.sequence, events.c.event_hash)
-        .where(
-            and_(
-                events.c.feed_position > bindparam("after"),
-                events.c.feed_position <= bindparam("through"),
+# the tree's size: positions are gap-free from 1, so the highest one numbered (an
+# archived event's leaf is kept in `kept_leaves`)
+TREE_SIZE: Final = Query("tree_size", lambda _: highest_position(), TreeSizeRow)
+
+
+def _leaf_page() -> Select[Any]:
+    """Leaves `after + 1 ..` up to position `through`, in position order (a page of
+    `limit`): the events', and the leaves an archive kept of the events it deleted. Each
+    side is an index range of at most `limit` rows, merged."""
+    sides = []
+    for table in (events, kept_leaves):
+        side = (
+            select(table.c.feed_position, table.c.run_id, table.c.sequence, table.c.event_hash)
+            .where(
+                and_(
+                    table.c.feed_position > bindparam("after"),
+                    table.c.feed_position <= bindparam("through"),
+                )
             )
+            .order_by(table.c.feed_position)
+            .limit(bindparam("limit"))
+            .subquery()
         )
-        .order_by(events.c.feed_position)
-        .limit(bindparam("limit"))
-    ),
-    LeafRow,
-)
+        sides.append(select(*side.c))
+    merged = union_all(*sides).subquery("leaves")
+    return select(*merged.c).order_by(merged.c.feed_position).limit(bindparam("limit"))
+
+
+LEAF_PAGE: Final = Query("leaf_page", lambda _: _leaf_page(), LeafRow)
 EVENT_PLACE: Final = Query(
     "event_place",
     lambda _: select(events.c.feed_position, events.c.event_hash).where(

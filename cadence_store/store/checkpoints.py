@@ -95,6 +95,12 @@ def verify(
     return transactions.read(work)
 
 
+def verify_kept_leaves(transactions: Transactions) -> int:
+    """The leaves archives kept, each checked against the stored tree (`verify` of a
+    store that archived runs): how many."""
+    return transactions.read(lambda runs: _part(runs).verify_kept_leaves())
+
+
 def inclusion_proof(
     transactions: Transactions, run_id: str, sequence: int | None, size: int | None
 ) -> InclusionProof:
@@ -114,4 +120,5 @@ __all__ = [
     "signer_of",
     "verifier_of",
     "verify",
+    "verify_kept_leaves",
 ]

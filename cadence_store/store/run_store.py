@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from os import PathLike
 from typing import Any, Self
 
 from sqlalchemy import Engine
@@ -32,6 +33,7 @@ from ..errors import (
     StoreFormatError,
 )
 from ..journal import OperationLease, OperationStatus, RunEvent, RunProjection, js_stringify
+from ..journal.archives import ArchiveProgressCallback, ArchiveReport
 from ..journal.note_keys import SignerKey, VerifierKey
 from ..journal.tree_views import (
     CheckpointReport,
@@ -58,10 +60,11 @@ from ..storage.schema import (
 )
 from ..storage.shape import assert_store_ready
 from ..telemetry import traced
-from . import checkpoints
+from . import checkpoints, retention
 from .direct_write import lends_freely
 from .failover import DEFAULT_FAILOVER_TIMEOUT_S, require_failover_timeout
 from .host_calls import materialised
+from .retention import DEFAULT_ARCHIVE_BATCH
 from .retries import replaying
 from .run_store_calls import RunStoreCalls
 from .state_root import (
@@ -407,6 +410,44 @@ class RunStore(RunStoreCalls):
         """The proof that the tree of `new_size` leaves extends that of `old_size` (both
         at most the newest recorded checkpoint's size, else `invalid-tree-size`)."""
         return checkpoints.consistency_proof(self.transactions, old_size, new_size)
+
+    # -- retention ----------------------------------------------------------------------
+
+    @traced
+    def archive(
+        self,
+        *,
+        finished_before_ms: int,
+        to: str | PathLike[str],
+        key: SignerKey | str,
+        batch: int = DEFAULT_ARCHIVE_BATCH,
+        progress: ArchiveProgressCallback | None = None,
+    ) -> ArchiveReport:
+        """Archive the finished runs (`completed`, `discarded`, `rejected`) whose last event
+        was recorded before `finished_before_ms` (its `recorded_at`; for an event cadence
+        1.x wrote, whose `recorded_at` is NULL, the run row's `updated_at`; a run with
+        neither is never archived): sign a checkpoint with `key` (a `SignerKey` or its
+        text), write each run (its export record and its leaves' inclusion proofs against
+        that checkpoint) to the archive file `to`, made durable (fsync, rename, fsync of
+        the directory), and only then delete them in transactions of at most `batch`
+        runs (each also ending after about 50 ms of deleting, so that no writer waits
+        long for its locks), each run whole in one, its leaves kept in the tree and its
+        ids answering `run-archived`. A run that changed after the file was written is left whole.
+
+        When `to` exists (an archive interrupted after its file was durable), the file
+        is verified (`archive-invalid` when it does not; `checkpoint-signature-invalid`
+        when another key signed it) and its runs still in the store are deleted;
+        nothing else is archived. `progress` hears of each run written
+        (phase "archive") and each transaction (phase "delete")."""
+        return retention.archive(
+            self.transactions,
+            self._clock,
+            finished_before_ms=finished_before_ms,
+            to=to,
+            key=key,
+            batch=batch,
+            progress=progress,
+        )
 
     # -- reading ----------------------------------------------------------------------------
 

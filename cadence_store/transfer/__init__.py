@@ -1,9 +1,11 @@
 """Moving whole runs between databases: the export record (`record`), its offline check
-(`offline`) and the movement (`movement`: export, import, copy). Every name is
-importable from here, as it was when this was one module."""
+(`offline`), the movement (`movement`: export, copy; `importing`: import) and archive
+files (`archive_file`, restored by `restore`). Every name is importable from here, as it
+was when this was one module."""
 
 from __future__ import annotations
 
+from .importing import import_store
 from .movement import (
     Bind,
     Progress,
@@ -12,7 +14,6 @@ from .movement import (
     TransferReport,
     copy_store,
     export_store,
-    import_store,
     iter_records,
     read_record,
 )

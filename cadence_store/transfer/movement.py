@@ -1,4 +1,4 @@
-"""Moving whole runs between databases: JSONL export / import, and copy.
+"""Moving whole runs between databases: JSONL export, the writing an import shares, copy.
 
 An export is JSON Lines, one record (`transfer.record`) per run; a run moved through an
 export (or `copy_store`) keeps its bytes: same hashes, same projection JSON.
@@ -13,14 +13,12 @@ refused (`OperationConflictError`, code `run-id-conflict`) before anything is wr
 
 from __future__ import annotations
 
-import json
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any, Final, TextIO
+from typing import TextIO, cast
 
-from sqlalchemy import Connection, Engine, Table, func, select, tuple_
+from sqlalchemy import Connection, Engine, func, select, tuple_
 from sqlalchemy.engine import URL
 
 from ..errors import (
@@ -31,13 +29,13 @@ from ..errors import (
 from ..storage.backends import backend_for
 from ..storage.engine import create_store_engine, read_snapshot
 from ..storage.failures import READ, WRITE, database_errors
-from ..storage.models import delivery_bindings, events, operations, runs
+from ..storage.models import runs
+from ..storage.run_records import read_run_record, row_of, run_record
 from ..storage.schema import assert_at_head, schema_options, store_schema
 from ..store.unit_of_work import UnitOfWork
-from .offline import check_record, numbered_lines
+from .offline import check_record
 from .record import (
     CHILD_KEYS,
-    CHILD_ORDER,
     DEFAULT_BATCH_SIZE,
     RUN_COLUMNS,
     RUN_ID_CONFLICT,
@@ -45,15 +43,11 @@ from .record import (
     TABLES,
     Record,
     Row,
-    column_names,
     describe_difference,
     dump_record,
-    invalid_record,
-    parse_record,
 )
 
 Bind = str | URL | Engine
-_SPOOL_BYTES: Final = 8 * 1024 * 1024
 
 
 @dataclass
@@ -92,33 +86,13 @@ ProgressCallback = Callable[[TransferProgress], None]
 # -- reading records ----------------------------------------------------------------------
 
 
-def _row(mapping: Any, columns: Sequence[str]) -> Row:
-    return {name: mapping[name] for name in columns}
-
-
-def _children(connection: Connection, table: Table, run_id: str, key: str) -> list[Row]:
-    columns = column_names(table)
-    order = [table.c[name] for name in CHILD_ORDER[key]]
-    result = connection.execute(select(table).where(table.c.run_id == run_id).order_by(*order))
-    return [_row(row._mapping, columns) for row in result]
-
-
 def _record_for(connection: Connection, run_row: Row) -> Record:
-    run_id = run_row["run_id"]
-    return Record(
-        run=run_row,
-        events=_children(connection, events, run_id, "events"),
-        operations=_children(connection, operations, run_id, "operations"),
-        deliveryBindings=_children(connection, delivery_bindings, run_id, "deliveryBindings"),
-    )
+    return cast(Record, run_record(connection, run_row))
 
 
 def read_record(connection: Connection, run_id: str) -> Record | None:
     """One run and its rows as an export record (None when the run is absent)."""
-    row = connection.execute(select(runs).where(runs.c.run_id == run_id)).first()
-    if row is None:
-        return None
-    return _record_for(connection, _row(row._mapping, RUN_COLUMNS))
+    return cast("Record | None", read_run_record(connection, run_id))
 
 
 def _run_rows(connection: Connection, batch_size: int) -> Iterator[list[Row]]:
@@ -128,7 +102,7 @@ def _run_rows(connection: Connection, batch_size: int) -> Iterator[list[Row]]:
         statement = select(runs).order_by(runs.c.run_id).limit(batch_size)
         if last is not None:
             statement = statement.where(runs.c.run_id > last)
-        batch = [_row(row._mapping, RUN_COLUMNS) for row in connection.execute(statement)]
+        batch = [row_of(row._mapping, RUN_COLUMNS) for row in connection.execute(statement)]
         if not batch:
             return
         yield batch
@@ -148,7 +122,7 @@ def iter_records(
 
 
 @contextmanager
-def _engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
+def transfer_engine(bind: Bind, schema: str | None = None) -> Iterator[Engine]:
     """`bind` as an engine whose connections find the cadence tables in `schema` (on
     PostgreSQL `public` when none is given: never the connection's search_path)."""
     engine = bind if isinstance(bind, Engine) else create_store_engine(bind)
@@ -195,7 +169,7 @@ def _lookup_owners(connection: Connection, run_rows: Sequence[Row]) -> dict[tupl
     return {(row[0], row[1], row[2]): row[3] for row in result}
 
 
-def _plan(
+def plan_writes(
     connection: Connection, records: Sequence[Record]
 ) -> tuple[list[Record], list[str], list[str]]:
     """Split records into (to write, identical ones to skip, conflict descriptions)."""
@@ -230,7 +204,8 @@ def _plan(
     return to_write, skipped, conflicts
 
 
-def _raise_conflicts(conflicts: Sequence[str]) -> None:
+def raise_conflicts(conflicts: Sequence[str]) -> None:
+    """Refuse the whole transfer when `plan_writes` found conflicts (nothing written)."""
     if not conflicts:
         return
     shown = "; ".join(conflicts[:3])
@@ -245,16 +220,25 @@ def _raise_conflicts(conflicts: Sequence[str]) -> None:
 # -- writing ------------------------------------------------------------------------------
 
 
-def _insert(connection: Connection, record: Record, batch_size: int) -> int:
+def insert_record(
+    connection: Connection,
+    record: Record,
+    batch_size: int,
+    positions: Sequence[int] | None = None,
+) -> int:
+    """Insert a run's rows (its events at `positions`, in sequence order, else unnumbered);
+    returns the number of events."""
     connection.execute(runs.insert().values(**record["run"]))
     for key in CHILD_KEYS:
         rows = record[key]
+        if key == "events" and positions is not None:
+            rows = [{**row, "feed_position": at} for row, at in zip(rows, positions, strict=True)]
         for start in range(0, len(rows), batch_size):
             connection.execute(TABLES[key].insert(), rows[start : start + batch_size])
     return len(record["events"])
 
 
-def _write_batch(
+def write_batch(
     engine: Engine,
     records: Sequence[Record],
     report: TransferReport,
@@ -276,7 +260,7 @@ def _write_batch(
                     raise _conflict(run_id, difference)
                 report.skipped.append(run_id)
             else:
-                count += _insert(connection, record, batch_size)
+                count += insert_record(connection, record, batch_size)
                 written.append(run_id)
             if on_run is not None:
                 on_run(run_id)
@@ -307,7 +291,7 @@ def export_store(
     report = TransferReport()
     with (
         database_errors(READ),
-        _engine(bind, schema) as engine,
+        transfer_engine(bind, schema) as engine,
         _snapshot(engine) as connection,
     ):
         total = 0
@@ -321,87 +305,6 @@ def export_store(
             if progress is not None:
                 run_id = record["run"]["run_id"]
                 progress(TransferProgress("export", len(report.written), total, run_id))
-    return report
-
-
-def _spool_checked(lines: Iterable[str]) -> IO[str]:
-    """Parse and verify every record offline; return them spooled for the second pass."""
-    spool: IO[str] = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - returned to the caller
-        max_size=_SPOOL_BYTES, mode="w+", encoding="utf-8", newline="\n"
-    )
-    try:
-        seen: set[str] = set()
-        keys: set[tuple[str, str, str]] = set()
-        for number, text in numbered_lines(lines):
-            record = parse_record(text, number)
-            run = record["run"]
-            if run["run_id"] in seen:
-                raise invalid_record(number, f"run {run['run_id']} appears twice")
-            seen.add(run["run_id"])
-            key = (run["root_hash"], run["stage"], run["lookup_key"])
-            if key in keys:
-                raise invalid_record(number, f"lookup key {run['lookup_key']} is used by two runs")
-            keys.add(key)
-            check = check_record(record, number)
-            if not check.ok:
-                raise check.error()
-            spool.write(dump_record(record))
-            spool.write("\n")
-        spool.seek(0)
-        return spool
-    except BaseException:
-        spool.close()
-        raise
-
-
-def _batches(spool: IO[str], size: int) -> Iterator[list[Record]]:
-    batch: list[Record] = []
-    for text in spool:
-        batch.append(json.loads(text))
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def import_store(
-    bind: Bind,
-    lines: Iterable[str],
-    *,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    progress: ProgressCallback | None = None,
-    schema: str | None = None,
-) -> TransferReport:
-    """Import an export into a database at head (`schema`: as for `export_store`).
-
-    Every record is parsed and verified offline first, and every run id compared with the
-    destination, so a bad file or a conflicting run (`run-id-conflict`) writes nothing.
-    Then each run is written in its own transaction and its chain verified there (a run
-    that does not verify is rolled back). Runs already present with identical content are
-    skipped: importing the same file twice changes nothing.
-    """
-    report = TransferReport()
-    with _engine(bind, schema) as engine, database_errors(WRITE):
-        with engine.connect() as connection:
-            assert_at_head(connection, store_schema(connection))
-            connection.rollback()
-        with _spool_checked(lines) as spool:
-            total = 0
-            with engine.connect() as connection:
-                for batch in _batches(spool, batch_size):
-                    _, _, conflicts = _plan(connection, batch)
-                    _raise_conflicts(conflicts)
-                    total += len(batch)
-                connection.rollback()
-            spool.seek(0)
-            done = 0
-            for batch in _batches(spool, batch_size):
-                for record in batch:
-                    _write_batch(engine, [record], report, batch_size)
-                    done += 1
-                    if progress is not None:
-                        progress(TransferProgress("import", done, total, record["run"]["run_id"]))
     return report
 
 
@@ -434,8 +337,8 @@ def copy_store(
     report = TransferReport()
     with (
         database_errors(WRITE),
-        _engine(source, source_schema) as source_engine,
-        _engine(destination, destination_schema) as destination_engine,
+        transfer_engine(source, source_schema) as source_engine,
+        transfer_engine(destination, destination_schema) as destination_engine,
     ):
         with destination_engine.connect() as connection:
             assert_at_head(connection, store_schema(connection))
@@ -452,7 +355,7 @@ def copy_store(
                         check = check_record(record)
                         if not check.ok:
                             raise check.error()
-                    to_write, identical, found = _plan(connection, records)
+                    to_write, identical, found = plan_writes(connection, records)
                     conflicts.extend(found)
                     report.skipped.extend(identical)
                     pending.extend(record["run"]["run_id"] for record in to_write)
@@ -462,7 +365,7 @@ def copy_store(
                             TransferProgress("check", checked, total, records[-1]["run"]["run_id"])
                         )
                 connection.rollback()
-            _raise_conflicts(conflicts)
+            raise_conflicts(conflicts)
             done = 0
 
             def copied(run_id: str) -> None:  # per run, so a batch does not sit at 0/N
@@ -481,7 +384,7 @@ def copy_store(
                     if found_record is None:  # pragma: no cover - the snapshot holds it
                         raise RunNotFoundError("run-not-found", run_id)
                     records.append(found_record)
-                _write_batch(destination_engine, records, report, batch_size, copied)
+                write_batch(destination_engine, records, report, batch_size, copied)
     return report
 
 
@@ -493,7 +396,11 @@ __all__ = [
     "TransferReport",
     "copy_store",
     "export_store",
-    "import_store",
+    "insert_record",
     "iter_records",
+    "plan_writes",
+    "raise_conflicts",
     "read_record",
+    "transfer_engine",
+    "write_batch",
 ]

@@ -30,8 +30,8 @@ from ..journal.receipts import JOURNAL_RECEIPT_KINDS, claimed_sequence
 from ..journal.validation import is_storable
 from ..journal.vocabulary import KIND_LEASE
 from ..storage.models import delivery_bindings, events, operations, runs
+from ..storage.run_records import CHILD_ORDER, RUN_COLUMNS, Row, column_names
 
-Row = dict[str, Any]
 ChildKey = Literal["events", "operations", "deliveryBindings"]
 
 
@@ -75,11 +75,6 @@ TABLES: Final[dict[str, Table]] = {
     "operations": operations,
     "deliveryBindings": delivery_bindings,
 }
-CHILD_ORDER: Final[dict[str, tuple[str, ...]]] = {
-    "events": ("sequence",),
-    "operations": ("operation_id",),
-    "deliveryBindings": ("gate", "revision"),
-}
 
 
 def row_order(key: str) -> Callable[[Row], tuple[Any, ...]]:
@@ -89,18 +84,6 @@ def row_order(key: str) -> Callable[[Row], tuple[Any, ...]]:
         return tuple(row[name] for name in names)
 
     return sort_key
-
-
-# a store's own columns, never exported: an event's place in this store's feed (the
-# store it is imported or copied into gives it a place in its own)
-STORE_LOCAL_COLUMNS: Final = frozenset({"feed_position"})
-
-
-def column_names(table: Table) -> tuple[str, ...]:
-    return tuple(column.name for column in table.c if column.name not in STORE_LOCAL_COLUMNS)
-
-
-RUN_COLUMNS: Final = column_names(runs)
 
 
 # -- results ------------------------------------------------------------------------------
@@ -267,16 +250,26 @@ def _with_times(row: object, key: str) -> object:
     return {**row, **{name: row.get(name) for name in names}}
 
 
-def parse_record(text: str, line: int | None = None) -> Record:
-    """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
+def decode_line(text: str, line: int | None = None) -> Any:
+    """One line's JSON value: `export-record-too-deep` (refused unread) when nested too
+    deep to decode, `export-record-invalid` when not JSON."""
     if text.count("[") + text.count("{") >= _DEEP_HINT and _nesting_depth(text) > _MAX_DEPTH:
         raise hostile(TOO_DEEP, line, "JSON nested too deep")
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except ValueError as error:
         raise invalid_record(line, f"not JSON ({error})") from None
     except RecursionError:
         raise hostile(TOO_DEEP, line, "JSON nested too deep") from None
+
+
+def parse_record(text: str, line: int | None = None) -> Record:
+    """Parse and shape-check one export line (`InvalidInputError` export-record-invalid)."""
+    return record_of(decode_line(text, line), line)
+
+
+def record_of(value: object, line: int | None = None) -> Record:
+    """Shape-check one decoded export record (`InvalidInputError` export-record-invalid)."""
     if not isinstance(value, dict) or set(value) != set(RECORD_KEYS):
         raise invalid_record(line, f"expected an object with keys {list(RECORD_KEYS)}")
     run = _check_row(_with_times(value["run"], "run"), runs, "run", line)
@@ -354,7 +347,9 @@ __all__ = [
     "Record",
     "Row",
     "RunCheck",
+    "decode_line",
     "describe_difference",
     "dump_record",
     "parse_record",
+    "record_of",
 ]

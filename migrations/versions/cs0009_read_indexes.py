@@ -1,7 +1,7 @@
 """Indexes that the store's filtered reads use: no read walks `runs` or `operations` whole.
 
 Revision ID: cs0009_read_indexes
-Revises: cs0007_checkpoints
+Revises: cs0008_retention
 Create Date: 2026-12-07
 
 Found by tests/integration/test_statement_plans.py (every statement of a workload of
@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "cs0009_read_indexes"
-down_revision: str | Sequence[str] | None = "cs0007_checkpoints"
+down_revision: str | Sequence[str] | None = "cs0008_retention"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

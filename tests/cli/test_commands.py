@@ -42,6 +42,7 @@ COMMANDS = [
     ["keygen"],
     ["checkpoint"],
     ["prove"],
+    ["archive"],
 ]
 
 RECEIPT = "a" * 64

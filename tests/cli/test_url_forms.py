@@ -438,6 +438,17 @@ def _checkpoint(call: Call) -> None:
     assert report.runs_verified == len(call.store.run_ids())
 
 
+@check("archive")
+def _archive(call: Call) -> None:
+    # nothing finished is archived: the seeded runs stay, the file holds none of them
+    key_file = call.tmp_path / "forms.key"
+    key_file.write_text(generate_signer_key("forms.example").encode())
+    archive = call.tmp_path / "forms.archive"
+    out = call.ok("archive", "--before", "1", "--to", str(archive), "--key", str(key_file))
+    assert "archived 0 run(s)" in out.stdout and archive.exists()
+    assert call.store.status(call.seeded.run_id).run_id == call.seeded.run_id
+
+
 @check("prove")
 def _prove(call: Call) -> None:
     signed = call.store.checkpoint(generate_signer_key("forms.example"))

@@ -39,6 +39,9 @@ OWNED = frozenset(
         "follower_positions",
         "tree_tiles",
         "checkpoints",
+        "kept_leaves",
+        "archived_runs",
+        "archived_operations",
     }
 )
 VERSION_TABLE = "cadence_store_version"

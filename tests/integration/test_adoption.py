@@ -115,6 +115,9 @@ def test_cadence1x_store_adopts_through_every_entry_point(
         "follower_positions",  # cadence-store's own (revision cs0004)
         "tree_tiles",  # and (revision cs0007)
         "checkpoints",
+        "kept_leaves",  # and (revision cs0008)
+        "archived_runs",
+        "archived_operations",
     }
     assert "schema_meta" not in table_names(path)
     assert "alembic_version" not in table_names(path)

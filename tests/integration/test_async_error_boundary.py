@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,6 +179,11 @@ STORE_CALLS: dict[str, tuple[str, Invoke]] = {
     "verify_checkpoint": (READ_FAILED, _call(ONE_LEAF_NOTE, SIGNER.verifier())),
     "inclusion_proof": (READ_FAILED, _call("RUN")),
     "consistency_proof": (READ_FAILED, _call(0, 0)),
+    # retention: its checkpoint comes first (a write); the file is never made
+    "archive": (
+        WRITE_FAILED,
+        _call(finished_before_ms=0, to=Path(tempfile.mkdtemp()) / "walk.archive", key=SIGNER),
+    ),
 }
 STORE_WITHOUT_DATABASE_WORK = {"aclose", "open"}  # open: RunStore.open, tested there
 

@@ -19,8 +19,10 @@ import functools
 import inspect
 import io
 import re
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,6 +142,15 @@ CALLS: dict[str, Call] = {
     "verify_checkpoint": lambda t: ((WALK_NOTE, WALK_KEY.verifier()), {}),
     "inclusion_proof": lambda t: ((t.run_id,), {}),
     "consistency_proof": lambda t: ((0, 0), {}),
+    # retention (a fresh file each time: an existing one would be resumed)
+    "archive": lambda t: (
+        (),
+        {
+            "finished_before_ms": 0,
+            "to": Path(tempfile.mkdtemp()) / "walk.archive",
+            "key": WALK_KEY,
+        },
+    ),
     "close": lambda t: ((), {}),
 }
 
@@ -182,6 +193,9 @@ NOT_CALLED = {
 
 DAMAGES = {
     "owned-tables-dropped": [
+        "DROP TABLE archived_operations",
+        "DROP TABLE archived_runs",
+        "DROP TABLE kept_leaves",
         "DROP TABLE checkpoints",
         "DROP TABLE tree_tiles",
         "DROP TABLE follower_positions",

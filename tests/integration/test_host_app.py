@@ -121,7 +121,7 @@ def _tables(engine: Engine) -> set[str]:
         return set(inspect(connection).get_table_names())
 
 
-def test_owned_tables_are_the_seven() -> None:
+def test_owned_tables_are_the_ten() -> None:
     assert (
         frozenset(
             {
@@ -132,6 +132,9 @@ def test_owned_tables_are_the_seven() -> None:
                 "follower_positions",
                 "tree_tiles",
                 "checkpoints",
+                "kept_leaves",
+                "archived_runs",
+                "archived_operations",
             }
         )
         == cadence_store.OWNED_TABLES

@@ -15,7 +15,7 @@ import cadence_store
 from cadence_store import RunStore, SchemaOutOfDateError
 from cadence_store.storage.schema import downgrade
 
-BEFORE = "cs0007_checkpoints"
+BEFORE = "cs0008_retention"  # the revision before this one
 T = TypeVar("T")
 NEW_INDEXES = {
     "ix_operations_lease_expires_at",

@@ -27,7 +27,7 @@ from ...errors import CadenceStoreError, StoreBusyError, StorePermissionError
 from ...errors import StoreUnavailableError as Unavailable
 from .. import sqlite_pragmas as pragmas
 from ..database_url import check_sqlite_query
-from ..models import events
+from ..positions import highest_position
 from .base import Backend, UpsertInsert, driver_connection, driver_error
 
 if TYPE_CHECKING:
@@ -142,10 +142,8 @@ class SQLiteBackend(Backend):
     def feed_position_on_insert(self) -> ColumnElement[int | None]:
         # the next position, under the single writer's lock; the numbers written into the
         # statement: no value to pick for them on every append
-        return select(
-            func.coalesce(func.max(events.c.feed_position), literal_column("0"))
-            + literal_column("1")
-        ).scalar_subquery()
+        # (after the highest of the events and of the leaves archives kept)
+        return (highest_position().scalar_subquery() + literal_column("1")).self_group()
 
     def feed_numbering_rights(self) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
         return literal_column("1"), literal_column("1")
