@@ -43,14 +43,14 @@ RESULTS = HERE / "web-results.json"
 CLONE_BASE = 10_000_000  # clone i is run `b{CLONE_BASE + i}`: fixed width, sorted by i
 CHUNK = 100_000
 LONG_RUN_EVENTS = 5_000
-# templates: (final state, transitions after the start); about ten events a run on average
+# templates: (final state, transitions after the start); ten events a run on average
 PATHS = [
     ("created", []),
     ("validating-delivery", ["validating-delivery"]),
     ("ready", ["validating-delivery", "ready"]),
     ("queued", ["validating-delivery", "ready", "queued"]),
     ("running", ["validating-delivery", "ready", "queued", "running"]),
-    ("paused", ["validating-delivery", "ready", "queued", "running"] + ["paused"] * 26),
+    ("paused", ["validating-delivery", "ready", "queued", "running"] + ["paused"] * 40),
 ]
 
 
