@@ -106,9 +106,12 @@ HOST_CALL_DOC = (
     f"Await `RunStore.{{name}}`, in an async unit of work of its own {SAME}; `write`"
     " gets its `AsyncSession`, and what it returns is awaited if it is awaitable."
 )
+# closed at once with the outer one: an inner async generator left to the collector
+# is closed later, by a task of the loop's, and would hold the follower's name till then
 FOLLOW_ASYNC = """
-async for item in self._follow({arguments}):
-    yield item
+async with aclosing(self._follow({arguments})) as items:
+    async for item in items:
+        yield item
 """
 FOLLOW_ASYNC_DOC = (
     "`RunStore.follow` as an async iterator (`async for`; see `following.py`): leaving the"
@@ -242,7 +245,7 @@ class Target:
 
 TYPES = """
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from os import PathLike
@@ -280,7 +283,7 @@ async def _host_call(self, host: HostCall[R]) -> R:
     """A call with host code, in an async unit of work of its own."""
 
 @abstractmethod
-def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+def _follow(self, **arguments: Any) -> AsyncGenerator[FeedItem, None]:
     """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
 '''
 ASYNC_JOURNAL_NEEDS = '''
@@ -319,6 +322,7 @@ TARGETS: dict[Path, Target] = {
         " each one's own: `RunStore`'s calls off the event loop and the host-code calls of"
         " `host_calls.py` in an async unit of work; `RunRepository`'s through `run_sync`.",
         imports=TYPES
+        + "from contextlib import aclosing\n"
         + "from ..store import host_calls\n"
         + "from ..store.following import DEFAULT_POLL_S, Stop\n"
         + "from ..store.host_calls import HostCall, HostWrite\n"

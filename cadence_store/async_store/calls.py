@@ -8,7 +8,8 @@ do not edit (CI runs it with `--check`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from contextlib import aclosing
 from os import PathLike
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -248,7 +249,7 @@ class AsyncRunStoreCalls(AsyncJournalCalls):
         """A call with host code, in an async unit of work of its own."""
 
     @abstractmethod
-    def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+    def _follow(self, **arguments: Any) -> AsyncGenerator[FeedItem, None]:
         """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
 
     @traced
@@ -397,10 +398,11 @@ class AsyncRunStoreCalls(AsyncJournalCalls):
     ) -> AsyncIterator[FeedItem]:
         """`RunStore.follow` as an async iterator (`async for`; see `following.py`): leaving
         the loop (or cancelling it) stops the follower."""
-        async for item in self._follow(
-            after=after, run_id=run_id, follower=follower, poll_s=poll_s, stop=stop
-        ):
-            yield item
+        async with aclosing(
+            self._follow(after=after, run_id=run_id, follower=follower, poll_s=poll_s, stop=stop)
+        ) as items:
+            async for item in items:
+                yield item
 
 
 class AsyncRunRepositoryCalls(AsyncJournalCalls):

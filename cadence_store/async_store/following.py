@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from contextlib import aclosing
 from typing import Any, Final, TypeVar
 
 from ..errors import CadenceStoreError
@@ -38,7 +39,7 @@ async def follow_async(
     stop: Stop,
     threaded: bool,
     run: Callable[[Callable[[], Any]], Awaitable[Any]],
-) -> AsyncIterator[FeedItem]:
+) -> AsyncGenerator[FeedItem, None]:
     """The items of `store.follow(...)` (see the module's docstring); `run` runs a sync
     call the way the async store runs its calls."""
     stopping = threading.Event()
@@ -63,8 +64,10 @@ async def follow_async(
         try:
             if name is not None:
                 await run(name.take)  # `follower-in-use` while another follow holds it
-            async for item in _polled(store, position, run_id, poll_s, stopped, run, name):
-                yield item
+            polled = _polled(store, position, run_id, poll_s, stopped, run, name)
+            async with aclosing(polled) as polled_items:
+                async for item in polled_items:
+                    yield item
         finally:
             if name is not None:
                 await run(name.release)
@@ -99,7 +102,7 @@ async def _polled(
     stopped: Callable[[], bool],
     run: Callable[[Callable[[], Any]], Awaitable[Any]],
     name: FollowerNameHold | None,
-) -> AsyncIterator[FeedItem]:
+) -> AsyncGenerator[FeedItem, None]:
     lost = False
     while not stopped():
         try:

@@ -26,7 +26,8 @@ import asyncio
 import functools
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from sqlalchemy.engine import URL, Engine
@@ -291,13 +292,15 @@ class AsyncRunStore(AsyncRunStoreCalls):
 
     # -- the journal feed, streamed ----------------------------------------------------------
 
-    async def _follow(self, **arguments: Any) -> AsyncIterator[FeedItem]:
+    async def _follow(self, **arguments: Any) -> AsyncGenerator[FeedItem, None]:
         """`follow_async` on the `RunStore` behind this one, with `follow`'s arguments."""
         store = await self._ready_store()
-        async for item in follow_async(
+        following = follow_async(
             store, threaded=self._threaded, run=self._off_the_loop, **arguments
-        ):
-            yield item
+        )
+        async with aclosing(following) as items:  # its name is released before this returns
+            async for item in items:
+                yield item
 
     async def iter_events(self, run_id: str) -> AsyncIterator[RunEvent]:
         """The run's events, streamed in batches from one snapshot (`async for`)."""

@@ -26,6 +26,7 @@ __all__ = [
     "compare_canonical_strings",
     "has_lossy_number",
     "is_nested_too_deep",
+    "json_text_may_nest_too_deep",
     "js_stringify",
     "js_stringify_likely",
     "stdlib_sorted_json",
@@ -369,6 +370,13 @@ def js_stringify_likely(value: object) -> str:
     values the journal builds, but not always (lone surrogates, array-index keys, unsafe
     numbers). Only for a quick comparison whose miss is confirmed with `js_stringify`."""
     return _fast_unsorted(value)
+
+
+def json_text_may_nest_too_deep(text: str, limit: int = _MAX_DEPTH) -> bool:
+    """False when the JSON `text` cannot decode to a value `is_nested_too_deep` refuses:
+    a value nests no deeper than its text has `[` and `{` (brackets inside strings only
+    raise the bound), and counting them costs less than walking the decoded value."""
+    return text.count("[") + text.count("{") > limit
 
 
 def is_nested_too_deep(value: object, limit: int = _MAX_DEPTH) -> bool:

@@ -11,7 +11,7 @@ import json
 from typing import Any, Final
 
 from ..errors import JournalIntegrityError
-from .canonical import is_nested_too_deep
+from .canonical import is_nested_too_deep, json_text_may_nest_too_deep
 from .values import RunProjection
 
 Document = dict[str, Any]
@@ -78,7 +78,8 @@ def event_payload(payload_json: Any, run_id: str, sequence: Any) -> Any:
         raise JournalIntegrityError(
             "event-integrity-hash-chain", "payload is not JSON", run_id=run_id, sequence=sequence
         ) from None
-    if is_nested_too_deep(payload):  # it could not be written out again
+    # it could not be written out again (a text it decoded from is a str)
+    if json_text_may_nest_too_deep(payload_json) and is_nested_too_deep(payload):
         raise JournalIntegrityError(
             "event-integrity-hash-chain",
             "payload nested too deep",

@@ -398,3 +398,30 @@ def test_an_async_follower_name_is_held_by_one_follow_at_a_time(store_url, store
         return info.value.code
 
     assert asyncio.run(follow_twice()) == "follower-in-use"
+
+
+@pytest.mark.run_store_only
+@pytest.mark.parametrize("bind", ["url", "async-engine"])
+def test_closing_an_async_follower_gives_its_name_up_before_it_returns(store_url, store, bind):
+    """`aclose()` (or leaving `async with aclosing(...)`) releases the follower's name by
+    the time it returns: the next follow of that name starts, every time."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from cadence_store.async_store import async_database_url
+
+    _started(store, "a")
+
+    async def follow_in_turn(turns: int) -> int:
+        engine = create_async_engine(async_database_url(store_url)) if bind != "url" else None
+        started = 0
+        async with AsyncRunStore(engine or store_url, root_hash=ROOT_HASH) as async_store:
+            for _ in range(turns):
+                items = async_store.follow(follower="in-turn", poll_s=0.01)
+                async with aclosing(items):
+                    assert (await anext(items)).event.sequence == 1
+                started += 1
+        if engine is not None:
+            await engine.dispose()
+        return started
+
+    assert asyncio.run(follow_in_turn(10)) == 10

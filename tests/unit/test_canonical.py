@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cadence_store.errors import JournalIntegrityError
 from cadence_store.journal import canonical
 from cadence_store.journal.canonical import (
     JsonValueError,
@@ -26,6 +27,7 @@ from cadence_store.journal.canonical import (
     compare_canonical_strings,
     js_stringify,
 )
+from cadence_store.journal.documents import event_payload
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = FIXTURES / "cadence-1x" / "golden-events.jsonl"
@@ -534,6 +536,31 @@ def test_too_deep_values_raise(depth: int, make_dict: bool) -> None:
         canonical_json(value)
     with pytest.raises(JsonValueError, match="more than 512 levels"):
         js_stringify(value)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 511, 512, 513, 514])
+@pytest.mark.parametrize("shape", ["list", "dict", "mixed", "brackets in strings"])
+def test_counting_brackets_never_passes_a_payload_the_walk_refuses(depth: int, shape: str) -> None:
+    """`json_text_may_nest_too_deep` is the fast path of `event_payload`: where it answers
+    False, the walk over the decoded value must answer False too."""
+    value: Any = "[{" * 300 if shape == "brackets in strings" else "x"
+    for level in range(depth):
+        as_dict = shape == "dict" or (shape == "mixed" and level % 2 == 1)
+        value = {"k": value} if as_dict else [value]
+    text = json.dumps(value)
+    too_deep = canonical.is_nested_too_deep(json.loads(text))
+    assert too_deep == (depth > 512)
+    if not canonical.json_text_may_nest_too_deep(text):
+        assert not too_deep
+    if too_deep:
+        assert canonical.json_text_may_nest_too_deep(text)
+
+
+def test_a_stored_payload_nested_too_deep_is_still_refused() -> None:
+    text = "[" * 513 + "1" + "]" * 513
+    with pytest.raises(JournalIntegrityError, match="nested too deep"):
+        event_payload(text, "run-1", 1)
+    assert event_payload("[" * 512 + "1" + "]" * 512, "run-1", 1) is not None
 
 
 def test_cycles_raise() -> None:
