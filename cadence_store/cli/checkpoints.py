@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -20,11 +21,24 @@ from ..journal.notes import parse_checkpoint, parse_note
 from ..journal.tree_views import CheckpointReport
 from ..store.run_store import RunStore
 from . import render
-from .group import main, opened, url_option
+from .group import F, main, opened, url_option
 
 KEY_FILE_EXISTS = "key-file-exists"
 CHECKPOINT_FILE_UNREADABLE = "checkpoint-file-unreadable"
 SIGNING_KEY_ENV = "CADENCE_STORE_SIGNING_KEY_FILE"
+
+
+def signer_key_option(help_text: str) -> Callable[[F], F]:
+    """`--key FILE` (as `key_file`), required, read from $CADENCE_STORE_SIGNING_KEY_FILE
+    when not given: the signer key file of a command that signs a checkpoint."""
+    return click.option(
+        "--key",
+        "key_file",
+        envvar=SIGNING_KEY_ENV,
+        required=True,
+        metavar="FILE",
+        help=help_text,
+    )
 
 
 def read_signer_key_file(path: str) -> str:
@@ -88,14 +102,7 @@ def keygen(name: str, out: str) -> None:
 
 
 @main.command(name="checkpoint")
-@click.option(
-    "--key",
-    "key_file",
-    envvar=SIGNING_KEY_ENV,
-    required=True,
-    metavar="FILE",
-    help=f"The signer key file (default: ${SIGNING_KEY_ENV}).",
-)
+@signer_key_option(f"The signer key file (default: ${SIGNING_KEY_ENV}).")
 @click.option(
     "--origin", default=None, metavar="TEXT", help="The log's origin (default: the key's name)."
 )

@@ -11,10 +11,17 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -368,6 +375,30 @@ def progress_bar(*, redirect_stdout: bool = True) -> Progress:
         redirect_stdout=redirect_stdout,
         disable=not console.is_terminal,
     )
+
+
+class PhaseStep(Protocol):
+    """A progress report of a command in phases (an archive's, a transfer's)."""
+
+    @property
+    def phase(self) -> str: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+
+
+def phase_progress(bar: Progress, label: Callable[[str], str]) -> Callable[[PhaseStep], None]:
+    """A progress callback that draws each phase as its own task of `bar`, named by
+    `label(phase)` when the phase's first report comes."""
+    tasks: dict[str, TaskID] = {}
+
+    def advance(step: PhaseStep) -> None:
+        if step.phase not in tasks:
+            tasks[step.phase] = bar.add_task(label(step.phase), total=step.total)
+        bar.update(tasks[step.phase], completed=step.done, total=step.total)
+
+    return advance
 
 
 # the command groups register themselves on `main`

@@ -6,13 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import click
-from rich.progress import TaskID
 
 from ..errors import InvalidInputError
-from ..journal.archives import ArchiveProgress
 from ..store.retention import DEFAULT_ARCHIVE_BATCH
-from .checkpoints import SIGNING_KEY_ENV, read_signer_key_file
-from .group import main, opened, progress_bar, url_option
+from .checkpoints import SIGNING_KEY_ENV, read_signer_key_file, signer_key_option
+from .group import main, opened, phase_progress, progress_bar, url_option
 
 ARCHIVE_TIME_INVALID = "invalid-archive-request"
 
@@ -42,14 +40,7 @@ def parse_time(text: str) -> int:
     help="Archive finished runs whose last event is older (ISO 8601, or ms since the epoch).",
 )
 @click.option("--to", "to", required=True, metavar="FILE", help="The archive file to write.")
-@click.option(
-    "--key",
-    "key_file",
-    envvar=SIGNING_KEY_ENV,
-    required=True,
-    metavar="FILE",
-    help=f"The signer key file for its checkpoint (default: ${SIGNING_KEY_ENV}).",
-)
+@signer_key_option(f"The signer key file for its checkpoint (default: ${SIGNING_KEY_ENV}).")
 @click.option(
     "--batch",
     type=click.IntRange(min=1),
@@ -73,14 +64,9 @@ def archive(before: str, to: str, key_file: str, batch: int, url: str | None) ->
     bound = parse_time(before)
     key = read_signer_key_file(key_file)
     with opened(url) as store, progress_bar() as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def advance(step: ArchiveProgress) -> None:
-            if step.phase not in tasks:
-                label = "writing runs" if step.phase == "archive" else "deleting runs"
-                tasks[step.phase] = bar.add_task(label, total=step.total)
-            bar.update(tasks[step.phase], completed=step.done, total=step.total)
-
+        advance = phase_progress(
+            bar, lambda phase: "writing runs" if phase == "archive" else "deleting runs"
+        )
         report = store.archive(
             finished_before_ms=bound, to=to, key=key, batch=batch, progress=advance
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -19,6 +18,7 @@ from .group import (
     main,
     open_input,
     opened,
+    phase_progress,
     progress_bar,
     remember,
     schema_for,
@@ -128,14 +128,9 @@ def copy(source: str | None, destination: str, batch_size: int) -> None:
     destination_schema = schema_for(destination)
     with opened(source) as store, progress_bar() as bar:
         create_store_file(destination)  # once the source is known to exist
-        tasks: dict[str, Any] = {}
-
-        def advance(update: TransferProgress) -> None:
-            if update.phase not in tasks:
-                label = "checking runs" if update.phase == "check" else "copying runs"
-                tasks[update.phase] = bar.add_task(label, total=update.total)
-            bar.update(tasks[update.phase], completed=update.done, total=update.total)
-
+        advance = phase_progress(
+            bar, lambda phase: "checking runs" if phase == "check" else "copying runs"
+        )
         report = copy_store(
             store.engine,
             destination,
