@@ -14,6 +14,10 @@ disk (`synchronous_commit` off for that transaction only: it writes no data, and
 NOTIFY only delays followers, who read again every second anyway). The appender pays a
 `threading.Event.set()`; only a commit wakes anyone, since the poke comes after it.
 
+A notifier that cannot send (no server, or no connection slot for it) gives that NOTIFY
+up and pauses before its next try, 50 ms doubling up to a second; the events are numbered
+by the next numbering, and followers read again within a second.
+
 A pool that holds one connection (`StaticPool`, ...) gets no notifier: a second
 connection is what its host ruled out, so each commit there numbers and sends its
 NOTIFY itself. A store's `close` ends its pool's notifier (`close_notifier`).
@@ -62,6 +66,17 @@ IDLE_S: Final = 5.0
 # at most one NOTIFY this often per pool and process: the commits in between share it
 # (each NOTIFY costs the server a transaction; a follower wakes at most this much later)
 NOTIFY_INTERVAL_S: Final = 0.025
+# after a NOTIFY that could not be sent, the next tries wait this long, doubling up to
+# `MAX_PAUSE_S` (followers read again every second anyway): a server out of connection
+# slots is not asked for one on every commit
+FIRST_PAUSE_S: Final = 0.05
+MAX_PAUSE_S: Final = 1.0
+# `too_many_connections`: the server (or the role) has no slot for the notifier's own
+# connection, which no call of the store reports. A refused login carries no SQLSTATE
+# in libpq's error, only the server's message: "sorry, too many clients already" (at
+# `max_connections`) or "too many connections for role ..." (at the role's limit)
+TOO_MANY_CONNECTIONS: Final = "53300"
+NO_SLOT_MESSAGES: Final = ("too many clients", "too many connections")
 # how long closing a store (its notifier's last NOTIFY and its thread's end), or the
 # process ending, waits
 FLUSH_TIMEOUT_S: Final = 2.0
@@ -177,6 +192,8 @@ class _Sender:
         self._pool: Pool | None = None
         self._connection: PoolProxiedConnection | None = None
         self._failing = False
+        self._pause_s = 0.0  # after a failure: how long the next tries wait
+        self._resume_at = 0.0  # `time.monotonic()` before which no try is made
 
     def _run(self, work: Callable[[], T]) -> T:
         if self._loop is None:
@@ -186,24 +203,45 @@ class _Sender:
     def send(self, schemas: set[str | None]) -> bool:
         """Number the events committed in `schemas`' tables, then one NOTIFY (False when
         it could not be sent: followers read again within a second anyway, and the next
-        poke connects again). A kept connection that fails (a failover, a restart, a
-        pooler that closed it) is replaced once at once."""
+        poke connects again, after a pause that doubles while it fails). A kept
+        connection that fails (a failover, a restart, a pooler that closed it) is
+        replaced once at once."""
+        if time.monotonic() < self._resume_at:
+            return False  # pausing after a failure: this poke's followers read soon anyway
         for attempt in range(2):
             kept = self._connection is not None
             try:
                 self._send_once(schemas)
                 self._failing = False
+                self._pause_s = 0.0
                 return True
             except Exception as error:
                 self._drop()
                 if kept and attempt == 0:
                     continue
-                # INFO: followers only lag (they read every second), and a server that
-                # is down is reported by the calls that need it; once per run of failures
-                level = logging.DEBUG if self._failing else logging.INFO
-                logger.log(level, "cadence-store: the feed's NOTIFY failed: %s", error)
-                self._failing = True
+                self._report(error)
+                break
+        self._pause_s = min(MAX_PAUSE_S, max(FIRST_PAUSE_S, self._pause_s * 2))
+        self._resume_at = time.monotonic() + self._pause_s
         return False
+
+    def _report(self, error: Exception) -> None:
+        """Once per run of failures. INFO: followers only lag (they read every second),
+        and a server that is down is reported by the calls that need it. WARNING when
+        the server has no connection slot for the notifier: nothing else says so."""
+        if self._failing:
+            logger.debug("cadence-store: the feed's NOTIFY failed: %s", error)
+        elif _no_connection_slot(error):
+            logger.warning(
+                "cadence-store: the feed notifier found no connection slot (%s); each"
+                " store process on PostgreSQL uses one connection for it beside its pool:"
+                " raise max_connections (or the role's limit), or put PgBouncer in front."
+                " Followers still read every second.",
+                str(error).strip().splitlines()[0],
+            )
+        else:
+            logger.info("cadence-store: the feed's NOTIFY failed: %s", error)
+        self._failing = True
 
     def _send_once(self, schemas: set[str | None]) -> None:
         if self._connection is None:
@@ -247,6 +285,13 @@ class _Sender:
                 self._run(pool.dispose)
             except Exception:
                 logger.debug("cadence-store: disposing the feed notifier's pool failed")
+
+
+def _no_connection_slot(error: Exception) -> bool:
+    driver_error = getattr(error, "orig", error)
+    if getattr(driver_error, "sqlstate", None) == TOO_MANY_CONNECTIONS:
+        return True
+    return any(message in str(driver_error) for message in NO_SLOT_MESSAGES)
 
 
 def _number_feed(
