@@ -16,7 +16,8 @@ import traceback
 from collections import Counter
 from typing import Any
 
-ROOT_HASH = "ab" * 32
+from .common import ROOT_HASH
+
 BARRIER_TIMEOUT_S = 600.0
 
 

@@ -191,8 +191,7 @@ class _Sender:
         self._loop = loop
         self._pool: Pool | None = None
         self._connection: PoolProxiedConnection | None = None
-        self._failing = False
-        self._pause_s = 0.0  # after a failure: how long the next tries wait
+        self._pause_s = 0.0  # while failing (> 0): how long the next tries wait
         self._resume_at = 0.0  # `time.monotonic()` before which no try is made
 
     def _run(self, work: Callable[[], T]) -> T:
@@ -212,7 +211,6 @@ class _Sender:
             kept = self._connection is not None
             try:
                 self._send_once(schemas)
-                self._failing = False
                 self._pause_s = 0.0
                 return True
             except Exception as error:
@@ -229,7 +227,7 @@ class _Sender:
         """Once per run of failures. INFO: followers only lag (they read every second),
         and a server that is down is reported by the calls that need it. WARNING when
         the server has no connection slot for the notifier: nothing else says so."""
-        if self._failing:
+        if self._pause_s > 0:  # not the first failure of this run
             logger.debug("cadence-store: the feed's NOTIFY failed: %s", error)
         elif _no_connection_slot(error):
             logger.warning(
@@ -241,7 +239,6 @@ class _Sender:
             )
         else:
             logger.info("cadence-store: the feed's NOTIFY failed: %s", error)
-        self._failing = True
 
     def _send_once(self, schemas: set[str | None]) -> None:
         if self._connection is None:

@@ -6,12 +6,10 @@ and the notifier pauses between its tries instead of asking on every commit."""
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from pg_roles import login_role
 from support import ROOT_HASH
 
 from cadence_store import RunStore
@@ -26,27 +24,8 @@ def one_slot_url(pg_database_url: str) -> Iterator[str]:
     import cadence_store
 
     cadence_store.upgrade(pg_database_url)
-    role = f"one_slot_{secrets.token_hex(4)}"
-    admin = create_engine(pg_database_url, isolation_level="AUTOCOMMIT")
-    database = make_url(pg_database_url).database
-    with admin.connect() as connection:
-        connection.execute(text(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1"))
-        connection.execute(text(f'GRANT CONNECT ON DATABASE "{database}" TO {role}'))
-        connection.execute(text(f"GRANT USAGE ON SCHEMA public TO {role}"))
-        connection.execute(text(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"))
-    try:
-        yield make_url(pg_database_url).set(username=role).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :role"
-                ),
-                {"role": role},
-            )
-            connection.execute(text(f"DROP OWNED BY {role}"))
-            connection.execute(text(f"DROP ROLE {role}"))
-        admin.dispose()
+    with login_role(pg_database_url, "one_slot", "ALL", connection_limit=1) as url:
+        yield url
 
 
 def test_a_notifier_without_a_slot_warns_once_and_nothing_is_lost(

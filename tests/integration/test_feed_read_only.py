@@ -8,14 +8,13 @@ style checks take their "before" once it has numbered (`support.table_snapshot`)
 from __future__ import annotations
 
 import asyncio
-import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import aclosing
 
 import pytest
+from pg_roles import login_role
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
 from support import ROOT_HASH, table_snapshot
@@ -33,27 +32,8 @@ def reader_url(pg_database_url: str) -> Iterator[str]:
     import cadence_store
 
     cadence_store.upgrade(pg_database_url)
-    role = f"feed_reader_{secrets.token_hex(4)}"
-    admin = create_engine(pg_database_url, isolation_level="AUTOCOMMIT")
-    database = make_url(pg_database_url).database
-    with admin.connect() as connection:
-        connection.execute(text(f"CREATE ROLE {role} LOGIN"))
-        connection.execute(text(f'GRANT CONNECT ON DATABASE "{database}" TO {role}'))
-        connection.execute(text(f"GRANT USAGE ON SCHEMA public TO {role}"))
-        connection.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
-    try:
-        yield make_url(pg_database_url).set(username=role).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :role"
-                ),
-                {"role": role},
-            )
-            connection.execute(text(f"DROP OWNED BY {role}"))
-            connection.execute(text(f"DROP ROLE {role}"))
-        admin.dispose()
+    with login_role(pg_database_url, "feed_reader", "SELECT") as url:
+        yield url
 
 
 @pytest.fixture
