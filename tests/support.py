@@ -81,3 +81,8 @@ def table_snapshot(engine: Engine) -> Snapshot:
         }
         connection.rollback()
     return taken
+
+
+def signer_seed(signer_text: str) -> str:
+    """The base64 seed of `PRIVATE+KEY+<name>+<key id>+<seed>`; the seed itself may hold '+'."""
+    return signer_text.split("+", 4)[4]

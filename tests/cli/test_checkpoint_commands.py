@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from support import signer_seed
 
 from cadence_store import RunStore, upgrade
 from cadence_store.journal.merkle import verify_inclusion
@@ -53,7 +54,7 @@ def test_keygen_writes_a_private_key_file_and_prints_only_the_verifier_key(
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     signer = parse_signer_key(key_file.read_text(encoding="utf-8").strip())
     assert signer.verifier() == parse_verifier_key(vkey)
-    secret = signer.encode().rsplit("+", 1)[1]
+    secret = signer_seed(signer.encode())
     again = cli("keygen", "example.com/runs", "--out", str(key_file))
     assert again.exit_code == 2
     assert "key-file-exists" in again.stderr
@@ -74,7 +75,7 @@ def test_checkpoint_verify_and_prove(
     cli: Any, store_url: str, keys: tuple[Path, str], tmp_path: Path
 ) -> None:
     key_file, vkey = keys
-    secret = key_file.read_text(encoding="utf-8").strip().rsplit("+", 1)[1]
+    secret = signer_seed(key_file.read_text(encoding="utf-8").strip())
     signed = cli("checkpoint", "--key", str(key_file), "--url", store_url)
     assert signed.exit_code == 0, signed.output
     assert secret not in signed.output

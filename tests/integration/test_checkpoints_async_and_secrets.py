@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from support import ROOT_HASH, FakeClock
+from support import ROOT_HASH, FakeClock, signer_seed
 from telemetry_support import installed
 
 import cadence_store
@@ -58,7 +58,7 @@ def test_no_span_or_log_record_carries_the_signer_key(
     store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     secret = KEY.encode()
-    seed = secret.rsplit("+", 1)[1]
+    seed = signer_seed(secret)
     broken = secret[:-6] + ("AAAA" if not secret.endswith("AAAA==") else "BBBB") + "=="
     with RunStore(store_url, root_hash=ROOT_HASH, clock=FakeClock()) as store:
         store.start_run("abel-implement", change="otel", operation_id="s-1")
@@ -73,4 +73,4 @@ def test_no_span_or_log_record_carries_the_signer_key(
     assert "checkpoint of 1 leaves" in caplog.text  # logged, by the key's name and id only
     for text in (recorded, caplog.text, str(refused.value), repr(refused.value), repr(KEY)):
         assert seed not in text
-        assert broken.rsplit("+", 1)[1] not in text
+        assert signer_seed(broken) not in text
