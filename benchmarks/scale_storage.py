@@ -23,7 +23,7 @@ FIXTURE_1X = HERE.parent / "tests" / "fixtures" / "cadence-1x" / "current.sqlite
 TABLES_1X = ("runs", "events", "operations", "delivery_bindings")
 
 
-def _sqlite_sizes(connection: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+def sqlite_table_sizes(connection: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     """{table: {"bytes": n, "indexes": {index name: bytes}}} of the main database."""
     owners = dict(
         connection.execute(
@@ -43,7 +43,7 @@ def _sqlite_sizes(connection: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     return sizes
 
 
-def _summary(sizes: dict[str, dict[str, Any]], events: int) -> dict[str, Any]:
+def storage_summary(sizes: dict[str, dict[str, Any]], events: int) -> dict[str, Any]:
     def total(table: str) -> int:
         entry = sizes.get(table, {"bytes": 0, "indexes": {}})
         return int(entry["bytes"]) + int(sum(entry["indexes"].values()))
@@ -65,7 +65,7 @@ def sqlite_storage(path: Path, workdir: Path) -> dict[str, Any]:
     """This store's sizes, and those of the same rows in cadence 1.x's tables."""
     with sqlite3.connect(path) as connection:
         events = _events_of(connection)
-        ours = _summary(_sqlite_sizes(connection), events)
+        ours = storage_summary(sqlite_table_sizes(connection), events)
     legacy = workdir / "cadence-1x-shaped.sqlite3"
     legacy.unlink(missing_ok=True)
     fixture = sqlite3.connect(f"file:{FIXTURE_1X}?mode=ro&immutable=1", uri=True)
@@ -93,7 +93,7 @@ def sqlite_storage(path: Path, workdir: Path) -> dict[str, Any]:
         connection.commit()
         connection.execute("DETACH DATABASE store")
         connection.execute("VACUUM")
-        theirs = _summary(_sqlite_sizes(connection), events)
+        theirs = storage_summary(sqlite_table_sizes(connection), events)
     finally:
         connection.close()
         legacy.unlink(missing_ok=True)
@@ -129,4 +129,4 @@ def postgres_storage(url: str) -> dict[str, Any]:
     }
     for table, index, size in indexes:
         sizes.setdefault(str(table), {"bytes": 0, "indexes": {}})["indexes"][str(index)] = int(size)
-    return {"events": events, "cadence_store": _summary(sizes, events)}
+    return {"events": events, "cadence_store": storage_summary(sizes, events)}
