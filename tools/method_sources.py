@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPOSITORY = ROOT / "cadence_store/repository/run_repository.py"
 
 RUN_STORE = ROOT / "cadence_store/store/run_store.py"
+RUN_STORE_CALLS = ROOT / "cadence_store/store/run_store_calls.py"
 ASYNC_CALLS = ROOT / "cadence_store/async_store/calls.py"
 HOST_CALLS = ROOT / "cadence_store/store/host_calls.py"
 FOLLOWING = ROOT / "cadence_store/store/following.py"
@@ -62,8 +63,10 @@ def _defining_class(path: Path, owner: str, name: str) -> tuple[Path, str] | Non
 
 
 def run_store(name: str) -> Source:
-    """`RunStore.name`: written in `run_store.py` (by hand, or in its generated block)."""
-    return Source(RUN_STORE, name, owner="RunStore")
+    """`RunStore.name`: written in `run_store.py`, or generated in `run_store_calls.py`."""
+    if f"    def {name}(" in RUN_STORE.read_text():
+        return Source(RUN_STORE, name, owner="RunStore")
+    return Source(RUN_STORE_CALLS, name, owner="RunStoreCalls")
 
 
 def host_call(name: str) -> Source:

@@ -33,7 +33,7 @@ def test_a_stale_generated_module_is_reported(tmp_path: Path) -> None:
     for part in ("tools", "cadence_store"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    generated = tmp_path / "cadence_store" / "store" / "run_store.py"
+    generated = tmp_path / "cadence_store" / "store" / "run_store_calls.py"
     text = generated.read_text()
     edited = text.replace("in a read snapshot of its own", "in a snapshot, edited", 1)
     assert edited != text
