@@ -4,8 +4,9 @@ A worker's cycle, as `RunStore` callers make it: `acquire_lease` (a new operatio
 `transition` under that lease, `commit_lease`. The cycles go round 1,000 runs, 100 cycles
 per unit of work (`--quick`: 100,000 cycles). After every quarter the store's tables and
 indexes are measured by name (`scale_storage`); on PostgreSQL also the live and dead row
-versions and the autovacuum runs of each table (`pg_stat_user_tables`), then a plain
-`VACUUM`, then another tenth of the cycles, to see whether the space it frees is reused.
+versions and the autovacuum runs of each table (`pg_stat_user_tables`), then a `VACUUM`
+(`common.settle`), then another tenth of the cycles, to see whether the space it frees
+is reused.
 SQLite: the file's pages and its free list (SQLite updates rows in place; nothing to
 vacuum but pages freed by deletes).
 
@@ -31,7 +32,15 @@ import sqlalchemy
 
 from cadence_store import RunStore, upgrade
 
-from .common import ROOT_HASH, Engine, benchmark_arguments, engines_of, machine, postgres_server
+from .common import (
+    ROOT_HASH,
+    Engine,
+    benchmark_arguments,
+    engines_of,
+    machine,
+    postgres_server,
+    settle,
+)
 from .scale_storage import postgres_storage, sqlite_table_sizes, storage_summary
 
 RUNS = 1_000
@@ -132,15 +141,6 @@ def _postgres_sample(url: str) -> dict[str, Any]:
     }
 
 
-def _vacuum(url: str) -> None:
-    engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as connection:
-            connection.exec_driver_sql("VACUUM")
-    finally:
-        engine.dispose()
-
-
 def measure(engine: Engine, cycles: int) -> list[dict[str, Any]]:
     """The samples of one engine: after the starts, each quarter, a VACUUM, a tenth more."""
     url = engine.fresh_url()
@@ -160,7 +160,7 @@ def measure(engine: Engine, cycles: int) -> list[dict[str, Any]]:
                 file=sys.stderr,
             )
         if postgres:
-            _vacuum(url)
+            settle(url)  # VACUUM ANALYZE
             samples.append({"stage": "after VACUUM", "cycles": worker.cycles, **sample(url)})
         worker.cycle(cycles // 10)
         samples.append({"stage": f"{worker.cycles:,} cycles", "cycles": worker.cycles})
