@@ -148,23 +148,25 @@ def measure(engine: Engine, cycles: int) -> list[dict[str, Any]]:
     postgres = engine.name == "postgresql"
     sample = _postgres_sample if postgres else _sqlite_sample
     worker = Worker(url)
-    samples = [{"stage": "1,000 runs started", "cycles": 0, **sample(url)}]
+    samples: list[dict[str, Any]] = []
     started = time.monotonic()
+
+    def record(stage: str) -> None:
+        elapsed_s = round(time.monotonic() - started, 1)
+        samples.append({"stage": stage, "cycles": worker.cycles, "elapsed_s": elapsed_s})
+        samples[-1].update(sample(url))
+        print(f"  {engine.name}: {stage}, {elapsed_s} s", file=sys.stderr)
+
     try:
+        record("1,000 runs started")
         for _ in range(4):
             worker.cycle(cycles // 4)
-            samples.append({"stage": f"{worker.cycles:,} cycles", "cycles": worker.cycles})
-            samples[-1].update(sample(url), elapsed_s=round(time.monotonic() - started, 1))
-            print(
-                f"  {engine.name}: {samples[-1]['stage']}, {samples[-1]['elapsed_s']} s",
-                file=sys.stderr,
-            )
+            record(f"{worker.cycles:,} cycles")
         if postgres:
             settle(url)  # VACUUM ANALYZE
-            samples.append({"stage": "after VACUUM", "cycles": worker.cycles, **sample(url)})
+            record("after VACUUM")
         worker.cycle(cycles // 10)
-        samples.append({"stage": f"{worker.cycles:,} cycles", "cycles": worker.cycles})
-        samples[-1].update(sample(url), elapsed_s=round(time.monotonic() - started, 1))
+        record(f"{worker.cycles:,} cycles")
     finally:
         worker.close()
     return samples
