@@ -7,13 +7,13 @@ records the position it has applied (`record_position`).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import StrictInt, StrictStr
+from pydantic import StrictInt, StrictStr, ValidationError
 
 from ..errors import InvalidInputError
 from .validation import is_identifier, is_safe_integer
-from .values import CadenceValue, RunEvent
+from .values import CadenceValue, RunEvent, stored_event
 
 INVALID_FOLLOWER = "invalid-follower"
 INVALID_FEED_POSITION = "invalid-feed-position"
@@ -29,6 +29,38 @@ class FeedItem(CadenceValue):
     position: StrictInt
     run_id: StrictStr
     event: RunEvent
+
+
+def stored_feed_item(
+    position: int,
+    run_id: str,
+    sequence: int,
+    type: str,
+    payload: Any,
+    prior_hash: str,
+    event_hash: str,
+    recorded_at: int | None,
+) -> FeedItem:
+    """A feed row (its event's payload decoded) as a `FeedItem`: validated, or as it is
+    stored where the row is not what the types say, as `stored_event` does."""
+    try:
+        return FeedItem.model_validate(
+            {
+                "position": position,
+                "run_id": run_id,
+                "event": {
+                    "sequence": sequence,
+                    "type": type,
+                    "payload": payload,
+                    "prior_hash": prior_hash,
+                    "hash": event_hash,
+                    "recorded_at": recorded_at,
+                },
+            }
+        )
+    except ValidationError:
+        event = stored_event(sequence, type, payload, prior_hash, event_hash, recorded_at)
+        return FeedItem.model_construct(position=position, run_id=run_id, event=event)
 
 
 def require_follower(value: object) -> str:

@@ -17,7 +17,7 @@ import math
 from enum import Enum
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, PrivateAttr, StrictInt, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticSerializationError
 
@@ -181,6 +181,33 @@ class RunEvent(CadenceValue):
     recorded_at: StrictInt | None = None
 
     cadence_additions: ClassVar[frozenset[str]] = frozenset({"recorded_at"})
+
+
+def stored_event(
+    sequence: int,
+    type: str,
+    payload: Any,
+    prior_hash: str,
+    event_hash: str,
+    recorded_at: int | None,
+) -> RunEvent:
+    """A stored event (its payload decoded) as a `RunEvent`.
+
+    Validated: pydantic's compiled validation is also the quickest way to build one. A
+    row that is not what the type says (a store edited by hand: a payload that is no
+    object) comes back as it is stored, for verification to report, not to fail a read."""
+    fields = {
+        "sequence": sequence,
+        "type": type,
+        "payload": payload,
+        "prior_hash": prior_hash,
+        "hash": event_hash,
+        "recorded_at": recorded_at,
+    }
+    try:
+        return RunEvent.model_validate(fields)
+    except ValidationError:
+        return RunEvent.model_construct(**fields)
 
 
 class OperationLease(CadenceValue):

@@ -15,6 +15,7 @@ from ..journal.documents import Document, event_payload, projection_of, stored_p
 from ..journal.receipts import LocatedReceipts, ReceiptVerifier, receipt_error
 from ..journal.replay import replay_rows
 from ..journal.validation import require_operation_id, require_run_id
+from ..journal.values import stored_event
 from ..journal.verification import MIRRORED_COLUMNS, stored_difference
 from ..journal.views import RunDetail, StoreCounts, check_run_listing
 from ..storage.rows import EventRow, OperationOfRunRow
@@ -37,10 +38,6 @@ from .archived import missing_run
 from .core import EVENT_BATCH, JournalAccess
 
 logger = logging.getLogger(__name__)
-
-
-# `iter_event_rows`' columns, as `RunEvent` names them
-_EVENT_FIELDS = ("sequence", "type", "payload", "prior_hash", "hash", "recorded_at")
 
 
 def _whole_pages(
@@ -133,10 +130,9 @@ class RunReads:
         """The run's events in sequence order, read in batches."""
         require_run_id(run_id)
         self._access.require_head(self._access.read_statements(), run_id, lock=False)
-        for row in self.iter_event_rows(run_id):
-            fields = dict(zip(_EVENT_FIELDS, row, strict=True))
-            fields["payload"] = event_payload(fields["payload"], run_id, fields["sequence"])
-            yield RunEvent.model_construct(**fields)
+        for sequence, type_, payload_json, *hashes_and_time in self.iter_event_rows(run_id):
+            payload = event_payload(payload_json, run_id, sequence)
+            yield stored_event(sequence, type_, payload, *hashes_and_time)
 
     def list_events(self, run_id: str) -> list[RunEvent]:
         """The run's events in sequence order (`iter_events` streams them instead)."""
