@@ -8,8 +8,6 @@ the item again from the position that did commit.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..errors import OperationConflictError
 from ..journal.documents import event_payload
 from ..journal.feed import (
@@ -33,7 +31,7 @@ from ..storage.feed_statements import (
     NUMBER_FEED,
     REWIND_POSITION,
 )
-from ..storage.rows import UnnumberedRow
+from ..storage.rows import FeedRow, UnnumberedRow
 from .core import EVENT_BATCH, JournalAccess
 
 
@@ -64,18 +62,18 @@ class RunFeed:
         while True:
             wanted = EVENT_BATCH if limit is None else min(EVENT_BATCH, limit - len(items))
             if run_id is None:
-                rows = sql.raw_rows(FEED_PAGE, after=after, limit=wanted)
+                rows = sql.all(FEED_PAGE, after=after, limit=wanted)
             else:
-                rows = sql.raw_rows(FEED_PAGE_OF_RUN, after=after, limit=wanted, run_id=run_id)
+                rows = sql.all(FEED_PAGE_OF_RUN, after=after, limit=wanted, run_id=run_id)
             items.extend(map(_item, rows))
             if len(rows) < wanted or (limit is not None and len(items) >= limit):
                 return items
-            after = items[-1].position  # the page's last: pages are in feed order
+            after = max(row.position for row in rows)  # the page's last
 
     def newest_feed(self, limit: int) -> list[FeedItem]:
         """The `limit` newest numbered feed items, newest first (numbers nothing)."""
-        sql = self._access.read_statements()
-        return list(map(_item, sql.raw_rows(NEWEST_FEED, limit=require_feed_limit(limit))))
+        rows = self._access.read_statements().all(NEWEST_FEED, limit=require_feed_limit(limit))
+        return list(map(_item, rows))
 
     def feed_unnumbered(self) -> UnnumberedRow | None:
         """None when every event has a feed position; else who may number them."""
@@ -114,10 +112,15 @@ class RunFeed:
             )
 
 
-def _item(row: tuple[Any, ...]) -> FeedItem:
-    """A `FEED_PAGE` row (position, run id, then the event's columns) as a `FeedItem`."""
-    position, run_id, sequence, type_, payload_json, prior_hash, event_hash, recorded_at = row
-    payload = event_payload(payload_json, run_id, sequence)
+def _item(row: FeedRow) -> FeedItem:
+    payload = event_payload(row.payload_json, row.run_id, row.sequence)
     return stored_feed_item(
-        position, run_id, sequence, type_, payload, prior_hash, event_hash, recorded_at
+        row.position,
+        row.run_id,
+        row.sequence,
+        row.type,
+        payload,
+        row.prior_hash,
+        row.event_hash,
+        row.recorded_at,
     )
