@@ -78,15 +78,7 @@ def _store_details(engine: Engine, schema: str | None, root: StateRoot | None) -
         connection.rollback()
     if details["revision"] == details["head"]:  # a store not at head is refused
         with RunStore(engine, schema=schema) as store:
-            counted = store.counts()
-        details.update(
-            runs=counted.runs,
-            events=counted.events,
-            operations=counted.operations,
-            bindings=counted.bindings,
-            byState=counted.by_state,
-            archived=counted.archived,
-        )
+            details.update(store.counts().to_dict())  # camelCase: `byState`
     return details
 
 
