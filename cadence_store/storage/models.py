@@ -46,6 +46,8 @@ STRICT: Final = {"sqlite_strict": True}
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    # a column's type is its annotation's: every `str` TEXT, every `int` an `Int64`
+    type_annotation_map = {str: Text, int: Int64, bytes: LargeBinary}
 
 
 def _run_fk() -> ForeignKey:
@@ -72,23 +74,23 @@ class Run(Base):
 
     # cadence 1.x declared `run_id TEXT PRIMARY KEY` (no NOT NULL); the frozen migration
     # keeps that DDL, and every engine reflects a primary key as NOT NULL, as here.
-    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    root_hash: Mapped[str] = mapped_column(Text)
-    stage: Mapped[str] = mapped_column(Text)
-    lookup_key: Mapped[str] = mapped_column(Text)
-    change_name: Mapped[str | None] = mapped_column(Text)
-    provisional_key: Mapped[str | None] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(Text)
-    sequence: Mapped[int] = mapped_column(Int64)
-    event_hash: Mapped[str] = mapped_column(Text)
-    delivery_revision: Mapped[int | None] = mapped_column(Int64)
-    projection_json: Mapped[str] = mapped_column(Text)
-    terminal_tombstone: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str] = mapped_column(primary_key=True)
+    root_hash: Mapped[str]
+    stage: Mapped[str]
+    lookup_key: Mapped[str]
+    change_name: Mapped[str | None]
+    provisional_key: Mapped[str | None]
+    state: Mapped[str]
+    sequence: Mapped[int]
+    event_hash: Mapped[str]
+    delivery_revision: Mapped[int | None]
+    projection_json: Mapped[str]
+    terminal_tombstone: Mapped[str | None]
     # cadence-store's own additions (revision cs0003): when the run was created and last
     # appended to, milliseconds by the store's clock; NULL for runs cadence 1.x wrote.
     # Never part of a hash or of projection_json.
-    created_at: Mapped[int | None] = mapped_column(Int64)
-    updated_at: Mapped[int | None] = mapped_column(Int64)
+    created_at: Mapped[int | None]
+    updated_at: Mapped[int | None]
 
 
 class DeliveryBindingRow(Base):
@@ -99,14 +101,14 @@ class DeliveryBindingRow(Base):
         STRICT,
     )
 
-    run_id: Mapped[str] = mapped_column(Text, _run_fk())
-    gate: Mapped[str] = mapped_column(Text)
-    revision: Mapped[int] = mapped_column(Int64)
-    receipt_hash: Mapped[str] = mapped_column(Text)
-    operation_id: Mapped[str] = mapped_column(Text)
-    approval_revision: Mapped[int | None] = mapped_column(Int64)
-    contract_hash: Mapped[str | None] = mapped_column(Text)
-    record_hash: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str] = mapped_column(_run_fk())
+    gate: Mapped[str]
+    revision: Mapped[int]
+    receipt_hash: Mapped[str]
+    operation_id: Mapped[str]
+    approval_revision: Mapped[int | None]
+    contract_hash: Mapped[str | None]
+    record_hash: Mapped[str | None]
 
 
 class EventRow(Base):
@@ -118,19 +120,19 @@ class EventRow(Base):
         STRICT,
     )
 
-    run_id: Mapped[str] = mapped_column(Text, _run_fk())
-    sequence: Mapped[int] = mapped_column(Int64)
-    type: Mapped[str] = mapped_column(Text)
-    payload_json: Mapped[str] = mapped_column(Text)
-    prior_hash: Mapped[str] = mapped_column(Text)
-    event_hash: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[str] = mapped_column(_run_fk())
+    sequence: Mapped[int]
+    type: Mapped[str]
+    payload_json: Mapped[str]
+    prior_hash: Mapped[str]
+    event_hash: Mapped[str]
     # cadence-store's own addition (revision cs0003): when the event was appended, by the
     # store's clock; NULL for events cadence 1.x wrote. Never part of the event's hash.
-    recorded_at: Mapped[int | None] = mapped_column(Int64)
+    recorded_at: Mapped[int | None]
     # cadence-store's own addition (revision cs0004): the event's place in the journal
     # feed (`RunStore.follow`); NULL on PostgreSQL until the event is numbered, after its
     # transaction commits (`feed_statements`). Never part of the event's hash.
-    feed_position: Mapped[int | None] = mapped_column(Int64, index=True, unique=True)
+    feed_position: Mapped[int | None] = mapped_column(index=True, unique=True)
 
 
 class OperationRow(Base):
@@ -147,20 +149,20 @@ class OperationRow(Base):
         STRICT,
     )
 
-    run_id: Mapped[str] = mapped_column(Text, _run_fk())
-    operation_id: Mapped[str] = mapped_column(Text)
-    kind: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(Text)
-    outcome_json: Mapped[str | None] = mapped_column(Text)
-    lease_token: Mapped[str | None] = mapped_column(Text)
-    lease_expires_at: Mapped[int | None] = mapped_column(Int64)
+    run_id: Mapped[str] = mapped_column(_run_fk())
+    operation_id: Mapped[str]
+    kind: Mapped[str]
+    state: Mapped[str]
+    outcome_json: Mapped[str | None]
+    lease_token: Mapped[str | None]
+    lease_expires_at: Mapped[int | None]
     # cadence-store's own addition: the number of the current or last grant of a lease
     # (grows with each grant; NULL for receipts)
-    lease_fence: Mapped[int | None] = mapped_column(Int64)
+    lease_fence: Mapped[int | None]
     # cadence-store's own addition (revision cs0005): the sequence a journal receipt's
     # projection names (NULL for leases, and for receipts cadence 1.x wrote since);
     # it only locates the receipt for verification, which compares its text
-    sequence: Mapped[int | None] = mapped_column(Int64)
+    sequence: Mapped[int | None]
 
 
 class FollowerPositionRow(Base):
@@ -170,8 +172,8 @@ class FollowerPositionRow(Base):
     __tablename__ = "follower_positions"
     __table_args__ = (STRICT,)
 
-    follower: Mapped[str] = mapped_column(Text, primary_key=True)
-    position: Mapped[int] = mapped_column(Int64)
+    follower: Mapped[str] = mapped_column(primary_key=True)
+    position: Mapped[int]
 
 
 class TreeTileRow(Base):
@@ -184,10 +186,10 @@ class TreeTileRow(Base):
     __tablename__ = "tree_tiles"
     __table_args__ = (PrimaryKeyConstraint("tile_level", "tile_index"), STRICT)
 
-    tile_level: Mapped[int] = mapped_column(Int64)
-    tile_index: Mapped[int] = mapped_column(Int64)
-    width: Mapped[int] = mapped_column(Int64)
-    hashes: Mapped[bytes] = mapped_column(LargeBinary)
+    tile_level: Mapped[int]
+    tile_index: Mapped[int]
+    width: Mapped[int]
+    hashes: Mapped[bytes]
 
 
 class CheckpointRow(Base):
@@ -197,12 +199,12 @@ class CheckpointRow(Base):
     __tablename__ = "checkpoints"
     __table_args__ = (Index(None, "tree_size"), STRICT)
 
-    checkpoint_id: Mapped[int] = mapped_column(Int64, primary_key=True, autoincrement=False)
-    tree_size: Mapped[int] = mapped_column(Int64)
-    origin: Mapped[str] = mapped_column(Text)
-    root_hash: Mapped[str] = mapped_column(Text)  # lowercase hex
-    note: Mapped[str] = mapped_column(Text)
-    recorded_at: Mapped[int] = mapped_column(Int64)
+    checkpoint_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    tree_size: Mapped[int]
+    origin: Mapped[str]
+    root_hash: Mapped[str]  # lowercase hex
+    note: Mapped[str]
+    recorded_at: Mapped[int]
 
 
 class KeptLeafRow(Base):
@@ -213,10 +215,10 @@ class KeptLeafRow(Base):
     __tablename__ = "kept_leaves"
     __table_args__ = (STRICT,)
 
-    feed_position: Mapped[int] = mapped_column(Int64, primary_key=True, autoincrement=False)
-    run_id: Mapped[str] = mapped_column(Text)
-    sequence: Mapped[int] = mapped_column(Int64)
-    event_hash: Mapped[str] = mapped_column(Text)
+    feed_position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    run_id: Mapped[str]
+    sequence: Mapped[int]
+    event_hash: Mapped[str]
 
 
 class ArchivedRunRow(Base):
@@ -227,15 +229,15 @@ class ArchivedRunRow(Base):
     __tablename__ = "archived_runs"
     __table_args__ = (Index(None, "root_hash", "stage", "lookup_key"), STRICT)
 
-    run_id: Mapped[str] = mapped_column(Text, primary_key=True)
-    root_hash: Mapped[str] = mapped_column(Text)
-    stage: Mapped[str] = mapped_column(Text)
-    lookup_key: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(Text)
-    archived_at: Mapped[int] = mapped_column(Int64)
-    last_event_at: Mapped[int | None] = mapped_column(Int64)
-    event_count: Mapped[int] = mapped_column(Int64)
-    event_hash: Mapped[str] = mapped_column(Text)  # the head of the run's chain
+    run_id: Mapped[str] = mapped_column(primary_key=True)
+    root_hash: Mapped[str]
+    stage: Mapped[str]
+    lookup_key: Mapped[str]
+    state: Mapped[str]
+    archived_at: Mapped[int]
+    last_event_at: Mapped[int | None]
+    event_count: Mapped[int]
+    event_hash: Mapped[str]  # the head of the run's chain
 
 
 class ArchivedOperationRow(Base):
@@ -249,8 +251,8 @@ class ArchivedOperationRow(Base):
         STRICT,
     )
 
-    run_id: Mapped[str] = mapped_column(Text)
-    operation_id: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[str]
+    operation_id: Mapped[str]
 
 
 metadata: Final = Base.metadata
