@@ -5,14 +5,22 @@ Plain values: no database here."""
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+from pydantic.alias_generators import to_camel
 
 from .merkle import feed_leaf_hash
 
 
 def _base64(hashes: tuple[bytes, ...]) -> list[str]:
     return [base64.b64encode(hash_).decode("ascii") for hash_ in hashes]
+
+
+def camel_case_fields(view: Any) -> dict[str, Any]:
+    """A dataclass's fields as a report's JSON has them: by their camelCase names, in the
+    order they are declared, their values as they are."""
+    return {to_camel(field.name): getattr(view, field.name) for field in fields(view)}
 
 
 @dataclass(frozen=True)
@@ -40,13 +48,7 @@ class CheckpointReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as `cadence-store verify --checkpoint --json` prints it."""
-        return {
-            "size": self.size,
-            "rootHash": self.root_hash,
-            "treeSize": self.tree_size,
-            "runsVerified": self.runs_verified,
-            "eventsVerified": self.events_verified,
-        }
+        return camel_case_fields(self)
 
 
 @dataclass(frozen=True)
@@ -96,4 +98,10 @@ class ConsistencyProof:
         return {"oldSize": self.old_size, "newSize": self.new_size, "hashes": _base64(self.hashes)}
 
 
-__all__ = ["CheckpointReport", "ConsistencyProof", "InclusionProof", "SignedCheckpoint"]
+__all__ = [
+    "CheckpointReport",
+    "ConsistencyProof",
+    "InclusionProof",
+    "SignedCheckpoint",
+    "camel_case_fields",
+]

@@ -38,6 +38,7 @@ from ..journal.archive_format import (
 from ..journal.merkle import feed_leaf_hash, verify_inclusion
 from ..journal.note_keys import VerifierKey, parse_verifier_key
 from ..journal.notes import Checkpoint, verify_checkpoint
+from ..journal.tree_views import camel_case_fields
 from .offline import check_record, numbered_lines
 from .record import HOSTILE_CODES, Record, decode_line, record_of
 
@@ -163,14 +164,7 @@ class ArchiveFailure:
 
     def to_json(self) -> dict[str, Any]:
         """The failure as `verify --archive --json` prints it (known fields only)."""
-        fields = {
-            "code": self.code,
-            "detail": self.detail,
-            "line": self.line,
-            "runId": self.run_id,
-            "sequence": self.sequence,
-        }
-        return {key: value for key, value in fields.items() if value is not None}
+        return {key: value for key, value in camel_case_fields(self).items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -192,17 +186,8 @@ class ArchiveVerification:
 
     def to_json(self) -> dict[str, Any]:
         """The report as `verify --archive --json` prints it."""
-        return {
-            "ok": self.ok,
-            "runs": self.runs,
-            "events": self.events,
-            "broken": self.broken,
-            "origin": self.origin,
-            "treeSize": self.tree_size,
-            "rootHash": self.root_hash,
-            "laterCheckpoint": self.later_checkpoint,
-            "failure": None if self.failure is None else self.failure.to_json(),
-        }
+        failure = None if self.failure is None else self.failure.to_json()
+        return {**camel_case_fields(self), "failure": failure}
 
 
 def _failure(error: CadenceStoreError, **where: Any) -> ArchiveFailure:
