@@ -132,13 +132,26 @@ def _mark_failed(span: Any, otel: Otel, error: BaseException) -> None:
 
 
 class _Span:
-    """Opens the span of an outermost call and closes it with its outcome."""
+    """Opens the span of an outermost call and closes it with its outcome: `with` it
+    around the call, which hands its result to `returned`; leaving the block closes
+    the span, with the error that left it if one did."""
 
-    __slots__ = ("call", "journal_write", "method", "otel", "scope", "started", "token")
+    __slots__ = ("call", "journal_write", "method", "otel", "result", "scope", "started", "token")
 
     def __init__(self, method: str, journal_write: bool) -> None:
         self.method = method
         self.journal_write = journal_write
+
+    def __enter__(self) -> _Span:
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        self.close(None if error is not None else self.result, error)
+
+    def returned(self, result: Any) -> Any:
+        """`result`, kept as the call's outcome for the span's close."""
+        self.result = result
+        return result
 
     def open(self, owner: Any, attributes: dict[str, Any], span_name: str) -> None:
         self.otel = otel = api()
@@ -189,21 +202,20 @@ def traced(method: F) -> F:
     journal_write = name in JOURNAL_WRITES
     pick = _picker(inspect.signature(method))
 
+    def opened(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Span:
+        """The span of this call of `method`, open."""
+        span = _Span(name, journal_write)
+        span.open(args[0] if args else None, pick(args, kwargs), span_name)
+        return span
+
     if inspect.iscoroutinefunction(method):
 
         @functools.wraps(method)
         async def traced_async(*args: Any, **kwargs: Any) -> Any:
             if current_call.get() is not None or api().idle():  # nested, or nothing records
                 return await method(*args, **kwargs)
-            span = _Span(name, journal_write)
-            span.open(args[0] if args else None, pick(args, kwargs), span_name)
-            try:
-                result = await method(*args, **kwargs)
-            except BaseException as error:
-                span.close(None, error)
-                raise
-            span.close(result, None)
-            return result
+            with opened(args, kwargs) as span:
+                return span.returned(await method(*args, **kwargs))
 
         return cast(F, traced_async)
 
@@ -219,15 +231,8 @@ def traced(method: F) -> F:
                 return method(*args, **kwargs)
             finally:
                 current_call.reset(token)
-        span = _Span(name, journal_write)
-        span.open(args[0] if args else None, pick(args, kwargs), span_name)
-        try:
-            result = method(*args, **kwargs)
-        except BaseException as error:
-            span.close(None, error)
-            raise
-        span.close(result, None)
-        return result
+        with opened(args, kwargs) as span:
+            return span.returned(method(*args, **kwargs))
 
     return cast(F, traced_call)
 
