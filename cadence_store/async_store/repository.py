@@ -8,14 +8,15 @@ Its journal methods are generated as source from `RunRepository`'s signatures in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from ..journal.values import BindDelivery
-from ..repository.run_repository import Clock, RunRepository
+from ..repository.run_repository import RunRepository
 from ..storage.failures import WRITE, database_errors
 from ..store.run_store import RunStore
+from ..store.unit_of_work import JournalSettings
 from .calls import AsyncRunRepositoryCalls
 
 T = TypeVar("T")
@@ -29,17 +30,9 @@ class AsyncRunRepository(AsyncRunRepositoryCalls):
     tables; the session's own statements (a host's rows) are not redirected there.
     """
 
-    def __init__(
-        self,
-        session: AsyncSession,
-        *,
-        root_hash: str | None = None,
-        clock: Clock | None = None,
-        schema: str | None = None,
-    ) -> None:
-        self.sync = RunRepository(
-            session.sync_session, root_hash=root_hash, clock=clock, schema=schema
-        )
+    def __init__(self, session: AsyncSession, **settings: Unpack[JournalSettings]) -> None:
+        """`settings`: `RunRepository`'s (root_hash, clock, schema)."""
+        self.sync = RunRepository(session.sync_session, **settings)
         self._greenlet_of: AsyncSession | AsyncConnection = session  # runs `run_sync`
         self._session_of: Callable[[], AsyncSession] = lambda: session
 

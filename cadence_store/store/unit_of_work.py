@@ -107,7 +107,8 @@ def release(transaction: JournalTransaction, connection: Connection) -> None:
 
 
 class JournalSettings(TypedDict, total=False):
-    """A unit of work's settings for its journal (`UnitOfWorkState`'s keywords)."""
+    """The settings of a journal on a transaction (`RunRepository`'s keywords): a unit of
+    work's (`UnitOfWorkState`) and an `AsyncRunRepository`'s."""
 
     root_hash: str | None
     clock: Clock | None
