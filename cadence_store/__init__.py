@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from . import journal
 from .errors import (
     ArchiveInvalidError,
     CadenceStoreError,
@@ -23,16 +24,6 @@ from .errors import (
     StoreUnavailableError,
     TransactionAbortedError,
 )
-from .journal import (
-    ApprovalProof,
-    BindDelivery,
-    DeliveryBinding,
-    OperationLease,
-    OperationStatus,
-    RunEvent,
-    RunProjection,
-    Transition,
-)
 from .journal.archives import ArchiveReport
 from .journal.feed import FeedItem
 from .journal.note_keys import SignerKey, VerifierKey, generate_signer_key
@@ -42,6 +33,7 @@ from .journal.tree_views import (
     InclusionProof,
     SignedCheckpoint,
 )
+from .journal.values import *  # noqa: F403 - the public value types (journal.values.__all__)
 from .journal.views import (
     BindingRecord,
     OperationRecord,
@@ -78,18 +70,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OWNED_TABLES",
-    "ApprovalProof",
     "ArchiveInvalidError",
     "AsyncRunRepository",
     "AsyncRunStore",
-    "BindDelivery",
     "BindingRecord",
     "CadenceStoreError",
     "CheckpointError",
     "ArchiveReport",
     "CheckpointReport",
     "ConsistencyProof",
-    "DeliveryBinding",
     "FeedItem",
     "InclusionProof",
     "InvalidInputError",
@@ -99,14 +88,10 @@ __all__ = [
     "LeaseFencedError",
     "MigrationError",
     "OperationConflictError",
-    "OperationLease",
     "OperationRecord",
-    "OperationStatus",
     "RunDetail",
-    "RunEvent",
     "RunArchivedError",
     "RunNotFoundError",
-    "RunProjection",
     "RunRepository",
     "RunStore",
     "SchemaOutOfDateError",
@@ -121,7 +106,6 @@ __all__ = [
     "StoreUnavailableError",
     "TransactionAbortedError",
     "TimelineEntry",
-    "Transition",
     "UnitOfWork",
     "VerifierKey",
     "configure_engine",
@@ -137,3 +121,4 @@ __all__ = [
     "upgrade_async",
     "verify_export",
 ]
+__all__ += journal.values.__all__

@@ -3,6 +3,7 @@
 Nothing here does I/O or imports SQLAlchemy; it is tested without a database.
 """
 
+from . import values
 from .canonical import canonical_json, compare_canonical_strings, js_stringify
 from .events import EVENT_TYPES, ZERO_EVENT_HASH, create_event, hash_event
 from .projection import ChainVerifier, apply_event, reduce_documents, reduce_events
@@ -15,16 +16,7 @@ from .states import (
     can_transition,
     legal_control_commands,
 )
-from .values import (
-    ApprovalProof,
-    BindDelivery,
-    DeliveryBinding,
-    OperationLease,
-    OperationStatus,
-    RunEvent,
-    RunProjection,
-    Transition,
-)
+from .values import *  # noqa: F403 - the public value types (values.__all__)
 
 __all__ = [
     "EVENT_TYPES",
@@ -33,15 +25,7 @@ __all__ = [
     "RUN_STATES",
     "TERMINAL_STATES",
     "ZERO_EVENT_HASH",
-    "ApprovalProof",
-    "BindDelivery",
     "ChainVerifier",
-    "DeliveryBinding",
-    "OperationLease",
-    "OperationStatus",
-    "RunEvent",
-    "RunProjection",
-    "Transition",
     "apply_event",
     "assert_transition",
     "can_transition",
@@ -54,3 +38,4 @@ __all__ = [
     "reduce_documents",
     "reduce_events",
 ]
+__all__ += values.__all__

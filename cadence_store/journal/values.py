@@ -262,3 +262,15 @@ class BindDelivery(CadenceValue):
 _PROJECTION_KEYS: frozenset[str] = frozenset(
     field.alias or name for name, field in RunProjection.model_fields.items()
 )
+
+# the public value types, which `cadence_store.journal` and `cadence_store` re-export
+__all__ = [
+    "ApprovalProof",
+    "BindDelivery",
+    "DeliveryBinding",
+    "OperationLease",
+    "OperationStatus",
+    "RunEvent",
+    "RunProjection",
+    "Transition",
+]
