@@ -31,36 +31,13 @@ class FeedItem(CadenceValue):
     event: RunEvent
 
 
-def stored_feed_item(
-    position: int,
-    run_id: str,
-    sequence: int,
-    type: str,
-    payload: Any,
-    prior_hash: str,
-    event_hash: str,
-    recorded_at: int | None,
-) -> FeedItem:
-    """A feed row (its event's payload decoded) as a `FeedItem`: validated, or as it is
-    stored where the row is not what the types say, as `stored_event` does."""
+def stored_feed_item(position: int, run_id: str, event: dict[str, Any]) -> FeedItem:
+    """A feed row as a `FeedItem`, `event` its event's `event_fields`: validated, or as it
+    is stored where the row is not what the types say, as `stored_event` does."""
     try:
-        return FeedItem.model_validate(
-            {
-                "position": position,
-                "run_id": run_id,
-                "event": {
-                    "sequence": sequence,
-                    "type": type,
-                    "payload": payload,
-                    "prior_hash": prior_hash,
-                    "hash": event_hash,
-                    "recorded_at": recorded_at,
-                },
-            }
-        )
+        return FeedItem.model_validate({"position": position, "run_id": run_id, "event": event})
     except ValidationError:
-        event = stored_event(sequence, type, payload, prior_hash, event_hash, recorded_at)
-        return FeedItem.model_construct(position=position, run_id=run_id, event=event)
+        return FeedItem.model_construct(position=position, run_id=run_id, event=stored_event(event))
 
 
 def require_follower(value: object) -> str:

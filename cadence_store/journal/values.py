@@ -183,20 +183,16 @@ class RunEvent(CadenceValue):
     cadence_additions: ClassVar[frozenset[str]] = frozenset({"recorded_at"})
 
 
-def stored_event(
+def event_fields(
     sequence: int,
     type: str,
     payload: Any,
     prior_hash: str,
     event_hash: str,
     recorded_at: int | None,
-) -> RunEvent:
-    """A stored event (its payload decoded) as a `RunEvent`.
-
-    Validated: pydantic's compiled validation is also the quickest way to build one. A
-    row that is not what the type says (a store edited by hand: a payload that is no
-    object) comes back as it is stored, for verification to report, not to fail a read."""
-    fields = {
+) -> dict[str, Any]:
+    """A stored event's columns (its payload decoded) under `RunEvent`'s field names."""
+    return {
         "sequence": sequence,
         "type": type,
         "payload": payload,
@@ -204,6 +200,14 @@ def stored_event(
         "hash": event_hash,
         "recorded_at": recorded_at,
     }
+
+
+def stored_event(fields: dict[str, Any]) -> RunEvent:
+    """A stored event (`event_fields`) as a `RunEvent`.
+
+    Validated: pydantic's compiled validation is also the quickest way to build one. A
+    row that is not what the type says (a store edited by hand: a payload that is no
+    object) comes back as it is stored, for verification to report, not to fail a read."""
     try:
         return RunEvent.model_validate(fields)
     except ValidationError:

@@ -19,6 +19,7 @@ from ..journal.feed import (
     stored_feed_item,
 )
 from ..journal.validation import is_storable, require_bool, require_run_id_text
+from ..journal.values import event_fields
 from ..storage.failures import WRITE, database_errors
 from ..storage.feed_statements import (
     ADVANCE_POSITION,
@@ -114,13 +115,7 @@ class RunFeed:
 
 def _item(row: FeedRow) -> FeedItem:
     payload = event_payload(row.payload_json, row.run_id, row.sequence)
-    return stored_feed_item(
-        row.position,
-        row.run_id,
-        row.sequence,
-        row.type,
-        payload,
-        row.prior_hash,
-        row.event_hash,
-        row.recorded_at,
+    event = event_fields(
+        row.sequence, row.type, payload, row.prior_hash, row.event_hash, row.recorded_at
     )
+    return stored_feed_item(row.position, row.run_id, event)

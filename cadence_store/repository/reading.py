@@ -15,7 +15,7 @@ from ..journal.documents import Document, event_payload, projection_of, stored_p
 from ..journal.receipts import LocatedReceipts, ReceiptVerifier, receipt_error
 from ..journal.replay import replay_rows
 from ..journal.validation import require_operation_id, require_run_id
-from ..journal.values import stored_event
+from ..journal.values import event_fields, stored_event
 from ..journal.verification import MIRRORED_COLUMNS, stored_difference
 from ..journal.views import RunDetail, StoreCounts, check_run_listing
 from ..storage.rows import EventRow, OperationOfRunRow
@@ -132,7 +132,7 @@ class RunReads:
         self._access.require_head(self._access.read_statements(), run_id, lock=False)
         for sequence, type_, payload_json, *hashes_and_time in self.iter_event_rows(run_id):
             payload = event_payload(payload_json, run_id, sequence)
-            yield stored_event(sequence, type_, payload, *hashes_and_time)
+            yield stored_event(event_fields(sequence, type_, payload, *hashes_and_time))
 
     def list_events(self, run_id: str) -> list[RunEvent]:
         """The run's events in sequence order (`iter_events` streams them instead)."""

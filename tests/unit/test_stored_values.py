@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from cadence_store.journal import RunEvent
 from cadence_store.journal.feed import FeedItem, stored_feed_item
-from cadence_store.journal.values import stored_event
+from cadence_store.journal.values import event_fields, stored_event
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "cadence-1x" / "golden-events.jsonl"
 A = "a" * 64
@@ -63,7 +63,7 @@ def same_value(built: Any, expected: Any) -> None:
 @settings(max_examples=400, deadline=None)
 @given(columns)
 def test_a_well_typed_event_is_what_model_construct_builds(row: tuple[Any, ...]) -> None:
-    event = stored_event(*row)
+    event = stored_event(event_fields(*row))
     same_value(event, constructed_event(row))
     assert event.to_dict() == constructed_event(row).to_dict()
 
@@ -73,7 +73,7 @@ def test_a_well_typed_event_is_what_model_construct_builds(row: tuple[Any, ...])
 def test_a_well_typed_feed_item_is_what_model_construct_builds(
     position: int, run_id: str, row: tuple[Any, ...]
 ) -> None:
-    item = stored_feed_item(position, run_id, *row)
+    item = stored_feed_item(position, run_id, event_fields(*row))
     expected = FeedItem.model_construct(
         position=position, run_id=run_id, event=constructed_event(row)
     )
@@ -94,8 +94,8 @@ def test_the_golden_cadence_1x_events_are_built_alike() -> None:
             golden["hash"],
             None,
         )
-        same_value(stored_event(*row), constructed_event(row))
-        item = stored_feed_item(position, "run-1", *row)
+        same_value(stored_event(event_fields(*row)), constructed_event(row))
+        item = stored_feed_item(position, "run-1", event_fields(*row))
         assert item.event == constructed_event(row)
 
 
@@ -112,18 +112,18 @@ ILL_TYPED = [
 
 @pytest.mark.parametrize("row", ILL_TYPED)
 def test_an_ill_typed_row_comes_back_as_stored(row: tuple[Any, ...]) -> None:
-    event = stored_event(*row)
+    event = stored_event(event_fields(*row))
     expected = constructed_event(row)
     assert fields_of(event) == fields_of(expected)
     for name in RunEvent.model_fields:
         assert type(getattr(event, name)) is type(getattr(expected, name)), name
-    item = stored_feed_item(7, "run-1", *row)
+    item = stored_feed_item(7, "run-1", event_fields(*row))
     assert (item.position, item.run_id) == (7, "run-1")
     assert fields_of(item.event) == fields_of(expected)
 
 
 def test_an_ill_typed_position_or_run_id_comes_back_as_stored() -> None:
     row = (1, "run-created", {}, A, A, None)
-    item = stored_feed_item("7", None, *row)  # type: ignore[arg-type]
+    item = stored_feed_item("7", None, event_fields(*row))  # type: ignore[arg-type]
     assert (item.position, item.run_id) == ("7", None)
     same_value(item.event, constructed_event(row))
