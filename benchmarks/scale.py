@@ -305,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = args.sizes or ["small", "quick" if args.quick else "full"]
     results: dict[str, Any] = {"machine": machine(), "sizes": sizes, "engines": {}}
-    if RESULTS.exists() and args.out == RESULTS:  # keep the other engines' last figures
-        results["engines"] = json.loads(RESULTS.read_text()).get("engines", {})
+    if args.out.exists():  # keep the other engines' last figures
+        results["engines"] = json.loads(args.out.read_text()).get("engines", {})
     for engine in args.engines:
         figures: dict[str, Any] = {}
         with ExitStack() as stack:
