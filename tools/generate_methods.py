@@ -120,7 +120,7 @@ FOLLOW_ASYNC_DOC = (
 RUN_SYNC_DOC = f"Await `RunRepository.{{name}}` in this transaction (`run_sync`) {SAME}."
 
 
-def run_store_methods() -> list[Method]:
+def run_store_methods(_texts: dict[Path, str]) -> list[Method]:
     """`RunStore`'s: the host-code calls, the repository's replaying write, its plain
     writes and its reads (one snapshot each), and the feed."""
     replaying = REPLAYING_WRITE.replace("{kind}", "DELIVERY_BOUND")
@@ -164,9 +164,10 @@ ON_SYNC = "return await self._on_sync(lambda calls: calls.{name}({arguments}))"
 ON_SYNC_DOC = f"Await the synchronous `{{name}}` behind this one {SAME}."
 
 
-def shared(name: str) -> Source:
-    """`RunRepository.name`, whose signature `RunStore.name` states as well."""
-    store, journal = definition(run_store(name), {}), definition(repository(name), {})
+def shared(name: str, texts: dict[Path, str]) -> Source:
+    """`RunRepository.name`, whose signature `RunStore.name` states as well (as this run
+    writes it: a signature changed at the repository is compared with its new copy)."""
+    store, journal = definition(run_store(name), texts), definition(repository(name), texts)
     if ast.dump(store.args) != ast.dump(journal.args) or (
         ast.dump(store.returns or ast.Constant(None))
         != ast.dump(journal.returns or ast.Constant(None))
@@ -175,12 +176,15 @@ def shared(name: str) -> Source:
     return repository(name)
 
 
-def async_journal_methods() -> list[Method]:
+def async_journal_methods(texts: dict[Path, str]) -> list[Method]:
     """The shared coroutines, each through `_on_sync`."""
-    return [Method(shared(name), ON_SYNC, ON_SYNC_DOC, asynchronous=True) for name in ASYNC_SHARED]
+    return [
+        Method(shared(name, texts), ON_SYNC, ON_SYNC_DOC, asynchronous=True)
+        for name in ASYNC_SHARED
+    ]
 
 
-def async_store_methods() -> list[Method]:
+def async_store_methods(_texts: dict[Path, str]) -> list[Method]:
     """`AsyncRunStore`'s own: `RunStore`'s calls off the loop, the host-code calls in an
     async unit of work (their `write` awaited when it returns an awaitable)."""
     return [
@@ -214,7 +218,7 @@ ASYNC_REPOSITORY_PROXIES = (
 )
 
 
-def async_repository_methods() -> list[Method]:
+def async_repository_methods(_texts: dict[Path, str]) -> list[Method]:
     """`AsyncRunRepository`'s own: each `RunRepository` method through `run_sync`."""
     return [
         Method(repository(name), RUN_SYNC, RUN_SYNC_DOC, asynchronous=True)
@@ -230,7 +234,7 @@ class Generated:
     name: str
     doc: str
     needs: str
-    methods: Callable[[], list[Method]]
+    methods: Callable[[dict[Path, str]], list[Method]]  # of the texts written so far
     base: str = "ABC"
 
 
@@ -422,7 +426,7 @@ TYPE_VARIABLES = {"P": 'P = ParamSpec("P")', "R": 'R = TypeVar("R")'}
 
 
 def class_source(generated: Generated, texts: dict[Path, str]) -> str:
-    methods = "\n".join(method_source(method, texts) for method in generated.methods())
+    methods = "\n".join(method_source(method, texts) for method in generated.methods(texts))
     return (
         f"class {generated.name}({generated.base}):\n"
         + textwrap.indent(f'"""{textwrap.fill(generated.doc, width=88)}"""', "    ")

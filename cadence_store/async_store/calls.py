@@ -178,9 +178,9 @@ class AsyncJournalCalls(ABC):
         return await self._on_sync(lambda calls: calls.verify_integrity(run_id))
 
     @traced
-    async def run_ids(self) -> list[str]:
+    async def run_ids(self, *, after: str | None = None, limit: int | None = None) -> list[str]:
         """Await the synchronous `run_ids` behind this one (same arguments, same result)."""
-        return await self._on_sync(lambda calls: calls.run_ids())
+        return await self._on_sync(lambda calls: calls.run_ids(after=after, limit=limit))
 
     @traced
     async def list_runs(

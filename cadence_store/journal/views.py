@@ -127,6 +127,18 @@ def _names(value: object, allowed: frozenset[str], code: str) -> tuple[str, ...]
     return tuple(sorted({str(item) for item in items}))
 
 
+def check_run_page(*, limit: object = None, after: object = None) -> tuple[int | None, str | None]:
+    """A keyset page of runs (`list_runs`, `run_ids`): `limit` a positive integer,
+    `after` the run id the last page ended at; each may be None."""
+    if limit is not None and (
+        not is_safe_integer(limit) or not isinstance(limit, int) or limit < 1
+    ):
+        raise InvalidInputError("invalid-limit", "limit is a positive integer")
+    if after is not None and (not isinstance(after, str) or not is_storable(after)):
+        raise InvalidInputError("invalid-run-cursor", "after is the run id the last page ended at")
+    return limit, after
+
+
 def check_run_listing(
     *,
     stage: object = None,
@@ -140,12 +152,7 @@ def check_run_listing(
 ) -> RunListing:
     """Validate `list_runs` arguments; an unknown stage or state is an error, not an
     empty page (a typo should not look like "no runs")."""
-    if limit is not None and (
-        not is_safe_integer(limit) or not isinstance(limit, int) or limit < 1
-    ):
-        raise InvalidInputError("invalid-limit", "limit is a positive integer")
-    if after is not None and (not isinstance(after, str) or not is_storable(after)):
-        raise InvalidInputError("invalid-run-cursor", "after is the run id the last page ended at")
+    limit, after = check_run_page(limit=limit, after=after)
     return RunListing(
         stages=_names(stage, STAGE_NAMES, "invalid-run-stage"),
         states=_names(state, RUN_STATE_NAMES, "invalid-run-state"),
@@ -223,6 +230,7 @@ __all__ = [
     "StoreCounts",
     "TimelineEntry",
     "check_run_listing",
+    "check_run_page",
     "lease_standing",
     "state_path",
     "state_timeline",

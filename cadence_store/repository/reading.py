@@ -17,7 +17,7 @@ from ..journal.replay import replay_rows
 from ..journal.validation import require_operation_id, require_run_id
 from ..journal.values import event_fields, stored_event
 from ..journal.verification import MIRRORED_COLUMNS, stored_difference
-from ..journal.views import RunDetail, StoreCounts, check_run_listing
+from ..journal.views import RunDetail, StoreCounts, check_run_listing, check_run_page
 from ..storage.rows import EventRow, OperationOfRunRow
 from ..storage.run_statements import (
     BINDINGS_OF_RUN,
@@ -27,10 +27,10 @@ from ..storage.run_statements import (
     LOCATED_RECEIPTS_OF_RUN_PAGE,
     OPERATION,
     OPERATIONS_OF_RUN,
-    RUN_IDS,
     UNLOCATED_OPERATIONS_OF_RUN,
     UNLOCATED_OPERATIONS_OF_RUN_PAGE,
     VERIFY_COLUMNS,
+    run_ids_statement,
 )
 from ..storage.statements import Query, Statements
 from . import queries
@@ -259,9 +259,17 @@ class RunReads:
             raise receipt_error(run_id, problem)
         return projection_of(rebuilt)
 
-    def run_ids(self) -> list[str]:
-        """Every run id in the store, sorted."""
-        return [str(row.run_id) for row in self._access.read_statements().all(RUN_IDS)]
+    def run_ids(self, after: str | None, limit: int | None) -> list[str]:
+        """The run ids after `after`, `limit` at most, sorted (a keyset page; all of them
+        when both are None)."""
+        limit, after = check_run_page(limit=limit, after=after)
+        parameters = {
+            key: value for key, value in (("after", after), ("limit", limit)) if value is not None
+        }
+        statement = run_ids_statement(after is not None, limit is not None)
+        return [
+            str(row.run_id) for row in self._access.read_statements().all(statement, **parameters)
+        ]
 
     # -- the read side (cadence_store.repository.queries) ------------------------------------------
 

@@ -389,9 +389,10 @@ class RunRepository:
 
     @traced
     @coded(READ)
-    def run_ids(self) -> list[str]:
-        """Every run id in the store, sorted."""
-        return self._reads.run_ids()
+    def run_ids(self, *, after: str | None = None, limit: int | None = None) -> list[str]:
+        """Run ids in the engine's sorted order: after `after` (a keyset page: the last id
+        of the previous one), at most `limit`, all by default; checked as `list_runs`'."""
+        return self._reads.run_ids(after, limit)
 
     @traced
     @coded(READ)

@@ -301,7 +301,29 @@ BINDINGS_OF_RUN: Final = Query(
     ).where(delivery_bindings.c.run_id == bindparam("run_id")),
     BindingOfRunRow,
 )
-RUN_IDS: Final = Query("run_ids", lambda _: select(runs.c.run_id).order_by(runs.c.run_id), RunIdRow)
+
+
+# Run ids in the engine's order, all of them or a keyset page: those after `after` (the
+# last id of the previous page), `limit` at most; one statement per shape
+def _run_ids(after: bool, limit: bool) -> Select[Any]:
+    statement = select(runs.c.run_id)
+    if after:
+        statement = statement.where(runs.c.run_id > bindparam("after"))
+    statement = statement.order_by(runs.c.run_id)
+    return statement.limit(bindparam("limit")) if limit else statement
+
+
+RUN_IDS: Final = Query("run_ids", lambda _: _run_ids(False, False), RunIdRow)
+RUN_IDS_AFTER: Final = Query("run_ids_after", lambda _: _run_ids(True, False), RunIdRow)
+RUN_IDS_PAGE: Final = Query("run_ids_page", lambda _: _run_ids(False, True), RunIdRow)
+RUN_IDS_PAGE_AFTER: Final = Query("run_ids_page_after", lambda _: _run_ids(True, True), RunIdRow)
+
+
+def run_ids_statement(after: bool, limit: bool) -> Query[RunIdRow]:
+    """The run ids statement of this shape (`after` / `limit` given or not)."""
+    return (RUN_IDS, RUN_IDS_PAGE, RUN_IDS_AFTER, RUN_IDS_PAGE_AFTER)[2 * after + limit]
+
+
 # receipts and leases of a run, checked against its chain by verify_integrity
 OPERATIONS_OF_RUN: Final = Query(
     "operations_of_run",

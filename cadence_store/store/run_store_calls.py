@@ -196,9 +196,9 @@ class RunStoreCalls(ABC):
         return self.transactions.read(lambda runs: runs.verify_integrity(run_id))
 
     @traced
-    def run_ids(self) -> list[str]:
+    def run_ids(self, *, after: str | None = None, limit: int | None = None) -> list[str]:
         """`RunRepository.run_ids` in a read snapshot of its own (same arguments, same result)."""
-        return self.transactions.read(lambda runs: runs.run_ids())
+        return self.transactions.read(lambda runs: runs.run_ids(after=after, limit=limit))
 
     @traced
     def list_runs(

@@ -3,15 +3,15 @@ an index, on both engines.
 
 A store of a few thousand runs and events (with bindings, leases, a checkpoint) is built
 and analysed; then a workload makes every public call of `RunStore` (starts, transitions,
-leases, bindings, reads, `list_runs` with each filter and a keyset page, counts,
-`inspect_operation`, `read_feed`, verification, checkpoints and proofs) with a
-`before_cursor_execute` listener recording each statement with its parameters. Each is
-explained (`EXPLAIN QUERY PLAN` on SQLite, `EXPLAIN (FORMAT JSON)` on PostgreSQL, with the
-recorded parameters) and fails the test when it reads one of those tables whole: SQLite's
-`SCAN <table>` without an index, PostgreSQL's `Seq Scan`, or an index walked end to end
-with a filter and no index condition. What reads the whole store by its nature
-(`EXPECTED_SCANS`, by a fragment of the statement, with the reason) may scan. The plans
-are printed (`-s`, or on failure).
+leases, bindings, reads, `list_runs` with each filter and a keyset page, `run_ids` and
+its pages, counts, `inspect_operation`, `read_feed`, verification, checkpoints and
+proofs) with a `before_cursor_execute` listener recording each statement with its
+parameters. Each is explained (`EXPLAIN QUERY PLAN` on SQLite, `EXPLAIN (FORMAT JSON)` on
+PostgreSQL, with the recorded parameters) and fails the test when it reads one of those
+tables whole: SQLite's `SCAN <table>` without an index, PostgreSQL's `Seq Scan`, or an
+index walked end to end with a filter and no index condition. What reads the whole store
+by its nature (`EXPECTED_SCANS`, by a fragment of the statement, with the reason) may
+scan. The plans are printed (`-s`, or on failure).
 """
 
 from __future__ import annotations
@@ -199,6 +199,9 @@ def _workload(store: RunStore, recorder: Recorder, run_ids: list[str]) -> None:
     call("list_runs (root hash)", store.list_runs, root_hash=OTHER_ROOT, limit=50)
     call("list_runs (updated range)", store.list_runs, updated_after=0, updated_before=1, limit=5)
     call("run_ids", lambda: list(store.run_ids()))
+    call("run_ids (keyset page)", store.run_ids, after=middle, limit=50)
+    call("run_ids (first page)", store.run_ids, limit=50)
+    call("run_ids (after)", store.run_ids, after=run_ids[-3])
     call("read_feed (latest)", store.read_feed, after=RUNS * 3 - 1_000, limit=1_000)
     call("read_feed (from 0)", store.read_feed, after=0, limit=500)
     call("read_feed (run)", store.read_feed, after=0, run_id=middle)
