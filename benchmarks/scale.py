@@ -8,8 +8,8 @@ timed warm (one RunStore, after a first call; the calls interleaved in a fresh r
 order every round) and, for the reads, cold: a new RunStore (a new engine, so a new
 connection and no statement cache) for each sample, its first call timed. The OS page
 cache cannot be dropped without root, so "cold" is a fresh connection, not a cold disk.
-Whole-store verify runs in a child process (`parallel_verify.verify_runs`, one job):
-events/s and that process's peak RSS. A follower catching up reads the feed from
+Whole-store verify runs in a child process (`parallel_verify.iter_verified_runs`, one
+job, its verdicts counted as they come): events/s and that process's peak RSS. A follower catching up reads the feed from
 position 0 with `RunStore.follow`. Prints a table (call, small p50/p99, at size p50/p99,
 ratios, the target, met or not) and writes `benchmarks/scale-results.json`.
 """
@@ -220,12 +220,15 @@ def follower(url: str, head: int) -> dict[str, float]:
 
 def verify_probe(url: str) -> dict[str, float]:
     """Run in a fresh child: verify every run with one job; events/s and peak RSS."""
-    from cadence_store.parallel_verify import verify_runs
+    from cadence_store.parallel_verify import iter_verified_runs
 
     store = RunStore(url)
     events = store.counts().events
+    runs = broken = 0
     started = time.perf_counter()
-    checks = verify_runs(store, jobs=1)
+    for check in iter_verified_runs(store, jobs=1):  # counted, not kept
+        runs += 1
+        broken += not check.ok
     seconds = time.perf_counter() - started
     store.close()
     peak = next(
@@ -234,8 +237,8 @@ def verify_probe(url: str) -> dict[str, float]:
         if line.startswith("VmHWM:")
     )
     return {
-        "runs": len(checks),
-        "broken": sum(not check.ok for check in checks),
+        "runs": runs,
+        "broken": broken,
         "events": events,
         "seconds": round(seconds, 2),
         "events_per_s": round(events / seconds),

@@ -2,7 +2,10 @@
 
 Runs are independent chains, so N worker processes each verify a share of them, each on
 its own connection and in its own read snapshots, exactly as `RunStore.verify_integrity`
-does in one process; the results come back in the order of the run ids. A run that fails
+does in one process; the results come back in the order of the run ids, each as soon as
+it and those before it are known (`iter_verified_runs`; `verify_runs` collects them). In
+one process a whole store's ids are read in keyset pages of `RUN_ID_PAGE`, so memory does
+not grow with the store; across processes the ids are read whole first. A run that fails
 is diagnosed (`transfer.check_record` on its rows) so that the report names the first bad
 sequence and what differs.
 
@@ -23,7 +26,7 @@ import multiprocessing
 import multiprocessing.process
 import queue
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from sqlalchemy import Engine
@@ -38,11 +41,14 @@ from .storage.engine import create_store_engine
 from .store.run_store import RunStore
 from .transfer import RunCheck, check_record, read_record
 
-__all__ = ["diagnose_run", "verify_runs"]
+__all__ = ["RUN_ID_PAGE", "diagnose_run", "iter_verified_runs", "verify_runs"]
 
 # runs per task handed to a worker: big enough to amortise the round trip, small enough
 # to keep both workers busy to the end
 _MAX_CHUNK: Final = 64
+# run ids read at a time (a keyset page of `RunStore.run_ids`) when one process verifies
+# the whole store
+RUN_ID_PAGE: Final = 10_000
 
 
 def diagnose_run(store: RunStore, run_id: str, error: JournalIntegrityError) -> RunCheck:
@@ -76,17 +82,58 @@ def verify_runs(
 
     With `jobs=1` everything happens in this process, on `store`. A failure other than a
     run that does not verify (busy, unavailable, a run that vanished) is raised as the
-    `CadenceStoreError` it was, whichever process met it.
+    `CadenceStoreError` it was, whichever process met it. The list holds a verdict per
+    run: `iter_verified_runs` gives them one at a time instead (a whole store's).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise InvalidInputError("invalid-jobs", "jobs must be a positive integer")
-    ids = list(store.run_ids() if run_ids is None else run_ids)
     results: list[RunCheck] = []
-    for check in _verdicts(store, ids, jobs):
+    for check in iter_verified_runs(store, run_ids, jobs=jobs):
         results.append(check)
         if on_result is not None:
             on_result(check)
     return results
+
+
+def iter_verified_runs(
+    store: RunStore, run_ids: Sequence[str] | None = None, *, jobs: int = 1
+) -> Iterator[RunCheck]:
+    """`verify_runs`' verdicts, in the same order, each yielded as it is known. It
+    returns a generator: `jobs` is checked at the call (`invalid-jobs`), the store is
+    read from the first verdict asked for on; leaving the loop early, or closing the
+    generator, stops the walk (and the workers).
+
+    With `jobs=1` a run is verified when its chunk (up to 64 runs, one read snapshot)
+    is reached, never sooner. With `run_ids=None` the ids are read in keyset pages of
+    `RUN_ID_PAGE` (`RunStore.run_ids(after=, limit=)`), each once the one before is
+    verified, so memory does not grow with the store; a run started during the walk is
+    verified if its id sorts after the page read last. With `jobs > 1` the ids are read
+    whole first, as a list (the workers claim chunks of it, ahead of the caller); the
+    verdicts still stream, in order.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InvalidInputError("invalid-jobs", "jobs must be a positive integer")
+    if jobs == 1:
+        return _in_process(store, _id_pages(store) if run_ids is None else [run_ids])
+    return _across_processes(store, run_ids, jobs)
+
+
+def _id_pages(store: RunStore) -> Iterator[list[str]]:
+    """Every run id, sorted, a keyset page at a time."""
+    after: str | None = None
+    while True:
+        page = store.run_ids(after=after, limit=RUN_ID_PAGE)
+        if page:
+            yield page
+        if len(page) < RUN_ID_PAGE:
+            return
+        after = page[-1]
+
+
+def _in_process(store: RunStore, pages: Iterable[Sequence[str]]) -> Iterator[RunCheck]:
+    """The verdicts of the runs of `pages`, in this process: a chunk (one read snapshot)
+    at a time, each within one page (a page is read when the one before is done)."""
+    for page in pages:
+        for start in range(0, len(page), _MAX_CHUNK):
+            yield from _checks(store, list(page[start : start + _MAX_CHUNK]))
 
 
 def _checks(store: RunStore, run_ids: list[str]) -> list[RunCheck]:
@@ -105,11 +152,13 @@ def _checks(store: RunStore, run_ids: list[str]) -> list[RunCheck]:
     return checks
 
 
-def _verdicts(store: RunStore, ids: list[str], jobs: int) -> Iterator[RunCheck]:
+def _across_processes(
+    store: RunStore, run_ids: Sequence[str] | None, jobs: int
+) -> Iterator[RunCheck]:
+    ids = list(store.run_ids() if run_ids is None else run_ids)
     jobs = min(jobs, len(ids))
     if jobs <= 1:
-        for start in range(0, len(ids), _MAX_CHUNK):
-            yield from _checks(store, ids[start : start + _MAX_CHUNK])
+        yield from _in_process(store, [ids])
         return
     # this process is one of the jobs (on `store`), jobs - 1 workers are the others; all
     # claim chunks from one counter, so a long run does not leave a worker idle

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import click
 
-from ..parallel_verify import verify_runs
+from ..parallel_verify import iter_verified_runs
 from ..store import checkpoints as store_checkpoints
 from ..transfer import RunCheck, iter_verify_export
 from ..transfer.archive_file import ArchiveVerification, verify_archive
@@ -33,16 +33,34 @@ def _check_json(check: RunCheck) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
 
 
+def _tally(checks: Iterable[RunCheck], on_each: Callable[[], object]) -> tuple[int, list[RunCheck]]:
+    """How many checks there were, and the broken ones (a whole store's verdicts are
+    counted as they come, not kept)."""
+    verified = 0
+    broken: list[RunCheck] = []
+    for check in checks:
+        verified += 1
+        if not check.ok:
+            broken.append(check)
+        on_each()
+    return verified, broken
+
+
 def _report_checks(
-    results: Sequence[RunCheck], label: str, *, as_json: bool = False, kept: int | None = None
+    verified: int,
+    broken: Sequence[RunCheck],
+    label: str,
+    *,
+    as_json: bool = False,
+    kept: int | None = None,
 ) -> None:
-    """`kept`: the archived runs' leaves checked against the stored tree (a whole store)."""
-    broken = [check for check in results if not check.ok]
+    """`verified` runs checked, `broken` those that failed; `kept`: the archived runs'
+    leaves checked against the stored tree (a whole store)."""
     if as_json:
         report: dict[str, Any] = {
             "database": label,
-            "verified": len(results),
-            "ok": len(results) - len(broken),
+            "verified": verified,
+            "ok": verified - len(broken),
             "broken": [_check_json(check) for check in broken],
         }
         if kept:
@@ -58,8 +76,7 @@ def _report_checks(
         name = check.run_id or "(unreadable record)"
         click.echo(render.printable(f"BROKEN run {name}: {where}{check.detail}"))
     click.echo(
-        f"verified {len(results)} run(s) in {label}: {len(results) - len(broken)} ok, "
-        f"{len(broken)} broken"
+        f"verified {verified} run(s) in {label}: {verified - len(broken)} ok, {len(broken)} broken"
     )
     if kept:
         click.echo(f"{kept} leaf(s) of archived runs match the stored tree")
@@ -68,14 +85,11 @@ def _report_checks(
 
 
 def _verify_file(path: str, *, as_json: bool) -> None:
-    results: list[RunCheck] = []
     with open_input(path) as lines, progress_bar() as bar:
         task = bar.add_task("verifying", total=None)
-        for check in iter_verify_export(lines):
-            results.append(check)
-            bar.advance(task)
-        bar.update(task, total=len(results))
-    _report_checks(results, path, as_json=as_json)
+        verified, broken = _tally(iter_verify_export(lines), lambda: bar.advance(task))
+        bar.update(task, total=verified)
+    _report_checks(verified, broken, path, as_json=as_json)
 
 
 def _verify_archive(path: str, checkpoint_file: str, vkey: str, *, as_json: bool) -> None:
@@ -197,13 +211,16 @@ def verify(
         _verify_file(file_, as_json=as_json)
         return
     with opened(url) as store:
-        ids = list(run_ids) if run_ids else store.run_ids()
         for run_id in run_ids:
             store.status(run_id)  # an unknown id is a usage error, before any work
+        # the whole store's ids are read page by page (one job) as the runs are verified
+        ids = list(run_ids) if run_ids else None
+        total = len(ids) if ids is not None else store.counts().runs
         with progress_bar() as bar:
-            task = bar.add_task("verifying runs", total=len(ids))
-            results = verify_runs(store, ids, jobs=jobs, on_result=lambda _: bar.advance(task))
+            task = bar.add_task("verifying runs", total=total)
+            checks = iter_verified_runs(store, ids, jobs=jobs)
+            verified, broken = _tally(checks, lambda: bar.advance(task))
         # the whole store: the leaves its archives kept too (`checkpoint-mismatch`: exit 1)
         kept = None if run_ids else store_checkpoints.verify_kept_leaves(store.transactions)
         label = describe(store)
-    _report_checks(results, label, as_json=as_json, kept=kept)
+    _report_checks(verified, broken, label, as_json=as_json, kept=kept)

@@ -1,16 +1,20 @@
-"""`cadence-store verify --jobs N` and `parallel_verify.verify_runs`, on both engines."""
+"""`cadence-store verify --jobs N`, `parallel_verify.verify_runs` and
+`parallel_verify.iter_verified_runs`, on both engines."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from cadence_store import InvalidInputError, RunNotFoundError, RunStore, upgrade
-from cadence_store.parallel_verify import verify_runs
+from cadence_store import InvalidInputError, RunNotFoundError, RunStore, parallel_verify, upgrade
+from cadence_store.parallel_verify import iter_verified_runs, verify_runs
+from cadence_store.transfer import RunCheck
 
 ROOT_HASH = "ab" * 32
 RUNS = 9
@@ -121,3 +125,67 @@ def test_workers_start_safely_while_the_caller_has_threads(store_url: str) -> No
         busy.join()
     assert [check.ok for check in checks] == [True] * RUNS
     assert [str(w.message) for w in caught if "fork" in str(w.message)] == []
+
+
+def test_the_iterator_gives_verify_runs_list(store_url: str, monkeypatch: Any) -> None:
+    with RunStore(store_url) as store:
+        ids = store.run_ids()
+        _tamper(store_url, ids[4])
+        expected = verify_runs(store)
+        assert [check.ok for check in expected] == [index != 4 for index in range(RUNS)]
+        assert [check.run_id for check in expected] == ids
+        assert list(iter_verified_runs(store)) == expected
+        assert list(iter_verified_runs(store, jobs=2)) == expected
+        assert list(iter_verified_runs(store, ids[3:6])) == expected[3:6]
+        assert list(iter_verified_runs(store, ids[::-1], jobs=2)) == expected[::-1]
+        assert list(iter_verified_runs(store, [])) == []
+        for page in (1, 2, 3, RUNS, RUNS + 1):  # pages that divide the runs, and not
+            monkeypatch.setattr(parallel_verify, "RUN_ID_PAGE", page)
+            seen: list[RunCheck] = []
+            assert verify_runs(store, on_result=seen.append) == expected == seen
+            assert list(iter_verified_runs(store)) == expected
+
+
+def test_the_iterator_is_lazy_page_by_page(store_url: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr(parallel_verify, "RUN_ID_PAGE", 2)
+    with RunStore(store_url) as store:
+        ids = store.run_ids()
+        checks = iter_verified_runs(store)
+        assert isinstance(checks, Iterator)
+        _tamper(store_url, ids[0])  # nothing was read yet: the first run is seen broken
+        first = next(checks)
+        assert (first.run_id, first.ok) == (ids[0], False)
+        # the first page (two runs) is verified; the later pages are not read yet
+        _tamper(store_url, ids[5])
+        rest = list(checks)
+        assert [check.run_id for check in rest] == ids[1:]
+        assert [check.ok for check in rest] == [index != 5 for index in range(1, RUNS)]
+
+
+def test_the_iterator_checks_jobs_at_the_call(store_url: str) -> None:
+    with RunStore(store_url) as store:
+        for jobs in (0, -2, True, 1.5):
+            with pytest.raises(InvalidInputError) as invalid:
+                iter_verified_runs(store, jobs=jobs)  # type: ignore[arg-type]
+            assert invalid.value.code == "invalid-jobs"
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_leaving_the_loop_early_stops_cleanly(store_url: str, jobs: int) -> None:
+    with RunStore(store_url) as store:
+        ids = store.run_ids()
+        checks = iter_verified_runs(store, jobs=jobs)
+        taken = []
+        for check in checks:
+            taken.append(check)
+            if len(taken) == 2:
+                break
+        checks.close()  # what leaving the loop does once the generator is dropped
+        assert [check.run_id for check in taken] == ids[:2]
+        assert list(checks) == []
+        assert not [
+            child for child in multiprocessing.active_children() if "cadence-verify" in child.name
+        ]
+        # no snapshot left open: the store writes and verifies as before
+        store.transition(ids[0], "paused", operation_id="after-break", code="wait")
+        assert all(check.ok for check in iter_verified_runs(store))
