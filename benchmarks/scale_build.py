@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,15 +170,25 @@ class Writer:
         self.store.close()
 
 
+def _shares(runs: int, events: int, writers: int) -> Iterator[tuple[int, RunPlan]]:
+    """Each planned run with the writer that writes it: the one with the fewest events so
+    far (by run number alone, one writer got most of the long runs and wrote alone)."""
+    loads = [0] * writers
+    for plan in plans(runs, events):
+        share = loads.index(min(loads))
+        loads[share] += plan.events
+        yield share, plan
+
+
 def _write_share(url: str, runs: int, events: int, share: int, writers: int) -> int:
-    """Write the planned runs whose number is `share` modulo `writers`; the events written."""
+    """Write this writer's share of the planned runs (`_shares`); the events written."""
     writer = Writer(url)
     started = time.monotonic()
     try:
         batch: list[RunPlan] = []
         calls, shown = 0, 0
-        for plan in plans(runs, events):
-            if plan.index % writers != share:
+        for owner, plan in _shares(runs, events, writers):
+            if owner != share:
                 continue
             batch.append(plan)
             calls += plan.events
