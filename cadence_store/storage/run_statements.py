@@ -3,6 +3,7 @@ verification: each a typed `Query` (with its row type) or a `Write`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -18,6 +19,7 @@ from ..journal.vocabulary import (
     RUNNING,
 )
 from .append_statements import OPERATION_MATCH, RUN_MATCH
+from .backends import Backend
 from .backends.postgresql import server_time_ms
 from .models import EVENT_COLUMNS, delivery_bindings, events, operations, runs
 from .rows import (
@@ -303,25 +305,22 @@ BINDINGS_OF_RUN: Final = Query(
 )
 
 
-# Run ids in the engine's order, all of them or a keyset page: those after `after` (the
-# last id of the previous page), `limit` at most; one statement per shape
-def _run_ids(after: bool, limit: bool) -> Select[Any]:
-    statement = select(runs.c.run_id)
-    if after:
-        statement = statement.where(runs.c.run_id > bindparam("after"))
-    statement = statement.order_by(runs.c.run_id)
-    return statement.limit(bindparam("limit")) if limit else statement
-
-
-RUN_IDS: Final = Query("run_ids", lambda _: _run_ids(False, False), RunIdRow)
-RUN_IDS_AFTER: Final = Query("run_ids_after", lambda _: _run_ids(True, False), RunIdRow)
-RUN_IDS_PAGE: Final = Query("run_ids_page", lambda _: _run_ids(False, True), RunIdRow)
-RUN_IDS_PAGE_AFTER: Final = Query("run_ids_page_after", lambda _: _run_ids(True, True), RunIdRow)
-
-
+# one statement per shape (all run ids, or a keyset page), made on first use and kept, as
+# `read_statements.listing_statement` keeps the listings'
+@functools.cache
 def run_ids_statement(after: bool, limit: bool) -> Query[RunIdRow]:
-    """The run ids statement of this shape (`after` / `limit` given or not)."""
-    return (RUN_IDS, RUN_IDS_PAGE, RUN_IDS_AFTER, RUN_IDS_PAGE_AFTER)[2 * after + limit]
+    """Run ids in the engine's order: all of them, or those after `after` (the last id of
+    the previous page), `limit` at most."""
+
+    def build(_backend: Backend) -> ClauseElement:
+        statement = select(runs.c.run_id)
+        if after:
+            statement = statement.where(runs.c.run_id > bindparam("after"))
+        statement = statement.order_by(runs.c.run_id)
+        return statement.limit(bindparam("limit")) if limit else statement
+
+    name = "run_ids" + ("_after" if after else "") + ("_page" if limit else "")
+    return Query(name, build, RunIdRow)
 
 
 # receipts and leases of a run, checked against its chain by verify_integrity
