@@ -23,6 +23,16 @@ STATEMENTS = {
     for name, statement in vars(module).items()
     if isinstance(statement, Query | Write)
 }
+# statements made per shape on first use: each shape of the run ids' keyset pages
+STATEMENTS.update(
+    {
+        f"run_statements.run_ids_statement(after={after}, limit={limit})": (
+            run_statements.run_ids_statement(after, limit)
+        )
+        for after in (False, True)
+        for limit in (False, True)
+    }
+)
 
 
 def _merged(
