@@ -87,6 +87,11 @@ def _statements() -> dict[str, Statement]:
         for name, value in vars(module).items():
             if isinstance(value, (Query, Write, RowsWrite)):
                 found[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = value
+    # statements made per shape on first use: each shape of the run ids' keyset pages
+    for after in (False, True):
+        for limit in (False, True):
+            shape = f"run_statements.run_ids_statement(after={after}, limit={limit})"
+            found[shape] = run_statements.run_ids_statement(after, limit)
     return found
 
 
