@@ -21,8 +21,10 @@ from typing import Any, Final, TypeVar
 
 from ..errors import CadenceStoreError
 from ..journal.feed import FeedItem
+from ..repository.feed import feed_item
 from ..storage.follower_names import FollowerNameHold
-from ..store.following import FEED_BATCH, Stop, start_position, stop_check
+from ..storage.rows import FeedRow
+from ..store.following import FEED_BATCH, Stop, read_feed_rows, start_position, stop_check
 from ..store.run_store import RunStore
 
 T = TypeVar("T")
@@ -108,8 +110,14 @@ async def _polled(
         try:
             if lost and name is not None:
                 await run(name.reaffirm)  # a lost connection may have taken the name with it
-            batch: list[FeedItem] = await run(
-                functools.partial(store.read_feed, after=position, limit=FEED_BATCH, run_id=run_id)
+            batch: list[FeedRow] = await run(
+                functools.partial(
+                    read_feed_rows,
+                    store.transactions,
+                    after=position,
+                    limit=FEED_BATCH,
+                    run_id=run_id,
+                )
             )
         except CadenceStoreError as error:
             if not error.retryable:
@@ -118,7 +126,8 @@ async def _polled(
             await asyncio.sleep(poll_s)
             continue
         lost = False
-        for item in batch:
+        for row in batch:  # each made as it is yielded, as the sync follower does
+            item = feed_item(row)
             yield item
             position = item.position
             if stopped():

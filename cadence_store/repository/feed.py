@@ -45,6 +45,10 @@ class RunFeed:
         self._access = access
 
     def read_feed(self, after: int, limit: int | None, run_id: str | None) -> list[FeedItem]:
+        """`read_feed_rows`, each row as its `FeedItem`."""
+        return list(map(feed_item, self.read_feed_rows(after, limit, run_id)))
+
+    def read_feed_rows(self, after: int, limit: int | None, run_id: str | None) -> list[FeedRow]:
         """Pages of `EVENT_BATCH` in feed order, after numbering what has no position yet
         where this transaction may (on write statements then: the numbering takes its
         lock); otherwise what is numbered."""
@@ -59,22 +63,22 @@ class RunFeed:
             sql = self._access.write_statements()
         else:
             sql = self._access.read_statements()
-        items: list[FeedItem] = []
+        found: list[FeedRow] = []
         while True:
-            wanted = EVENT_BATCH if limit is None else min(EVENT_BATCH, limit - len(items))
+            wanted = EVENT_BATCH if limit is None else min(EVENT_BATCH, limit - len(found))
             if run_id is None:
                 rows = sql.all(FEED_PAGE, after=after, limit=wanted)
             else:
                 rows = sql.all(FEED_PAGE_OF_RUN, after=after, limit=wanted, run_id=run_id)
-            items.extend(map(_item, rows))
-            if len(rows) < wanted or (limit is not None and len(items) >= limit):
-                return items
+            found.extend(rows)
+            if len(rows) < wanted or (limit is not None and len(found) >= limit):
+                return found
             after = max(row.position for row in rows)  # the page's last
 
     def newest_feed(self, limit: int) -> list[FeedItem]:
         """The `limit` newest numbered feed items, newest first (numbers nothing)."""
         rows = self._access.read_statements().all(NEWEST_FEED, limit=require_feed_limit(limit))
-        return list(map(_item, rows))
+        return list(map(feed_item, rows))
 
     def feed_unnumbered(self) -> UnnumberedRow | None:
         """None when every event has a feed position; else who may number them."""
@@ -113,7 +117,8 @@ class RunFeed:
             )
 
 
-def _item(row: FeedRow) -> FeedItem:
+def feed_item(row: FeedRow) -> FeedItem:
+    """A feed row as its `FeedItem` (the payload decoded, the values validated)."""
     payload = event_payload(row.payload_json, row.run_id, row.sequence)
     event = event_fields(
         row.sequence, row.type, payload, row.prior_hash, row.event_hash, row.recorded_at

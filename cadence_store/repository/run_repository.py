@@ -3,11 +3,10 @@
 It never commits: whoever owns the session (a `UnitOfWork`, `RunStore`, or a host
 application) commits or rolls back the journal rows together with its own. Hash-chain
 append and lease fencing are enforced inside the transaction, after the rows they depend
-on are locked, in one lock order (`core.py`).
-
-It states each call (signature, error boundary, contract) and hands it to the part that
-does the work, one part a module (annotated in the class), on `core` (`JournalAccess`:
-transaction, clock, locks, heads, receipts) and `appender` (`EventAppender`: the append).
+on are locked, in one lock order (`core.py`). It states each call (signature, error
+boundary, contract) and hands it to the part that does the work, one part a module
+(annotated in the class), on `core` (`JournalAccess`: transaction, clock, locks, heads,
+receipts) and `appender` (`EventAppender`: the append).
 """
 
 from __future__ import annotations
@@ -23,19 +22,13 @@ from ..journal.validation import check_deliveries, check_delivery, require_clock
 from ..journal.values import ApprovalProof, BindDelivery, Transition
 from ..journal.views import RunDetail, StoreCounts
 from ..storage.failures import READ, coded
-from ..storage.rows import UnnumberedRow
+from ..storage.rows import FeedRow, UnnumberedRow
 from ..storage.schema import require_schema_name
 from ..telemetry import traced
 from .appender import EventAppender
 from .batches import TransitionBatches
 from .bindings import DeliveryBindings
-from .core import (
-    EVENT_BATCH,
-    Clock,
-    JournalAccess,
-    journal_write,
-    system_clock,
-)
+from .core import EVENT_BATCH, Clock, JournalAccess, journal_write, system_clock
 from .feed import RunFeed
 from .leases import Leases
 from .reading import RunReads
@@ -452,6 +445,15 @@ class RunRepository:
 
     @traced
     @coded(READ)
+    def read_feed_rows(
+        self, *, after: int = 0, limit: int | None = None, run_id: str | None = None
+    ) -> list[FeedRow]:
+        """`read_feed`'s rows, not yet `FeedItem`s (`feed.feed_item` makes each): a follower
+        converts each as it yields it, so the collector never finds a page's items alive."""
+        return self._feed.read_feed_rows(after, limit, run_id)
+
+    @traced
+    @coded(READ)
     def feed_unnumbered(self) -> UnnumberedRow | None:
         """None when every event has a feed position; else who may number them."""
         return self._feed.feed_unnumbered()
@@ -491,10 +493,4 @@ class RunRepository:
         self._feed.record_position(follower, position, rewind)
 
 
-__all__ = [
-    "EVENT_BATCH",
-    "Clock",
-    "RunRepository",
-    "check_delivery",
-    "system_clock",
-]
+__all__ = ["EVENT_BATCH", "Clock", "RunRepository", "check_delivery", "system_clock"]

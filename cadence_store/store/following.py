@@ -5,8 +5,8 @@
 1. it arms a waker first (PostgreSQL: LISTEN on a connection of its own, autocommit;
    SQLite: the connection's `PRAGMA data_version` is noted), so that a commit after
    this point wakes it;
-2. it reads the feed after its position (`read_feed`) and yields each item, moving its
-   position on after each one;
+2. it reads the feed after its position (`read_feed_rows`) and yields each item, made
+   from its row as it is yielded, moving its position on after each one;
 3. with nothing left to read it waits for the waker: a NOTIFY, which PostgreSQL
    delivers only when the appending transaction commits, or a new `data_version`,
    polled every `poll_s`; `stop` is checked every `poll_s`, and without a wake-up it
@@ -31,11 +31,13 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ..errors import CadenceStoreError, InvalidInputError
 from ..journal.feed import FeedItem, require_feed_position
 from ..journal.validation import require_run_id_text
+from ..repository.feed import feed_item
 from ..repository.run_repository import RunRepository
 from ..storage.backends import backend_for
 from ..storage.failures import READ, database_errors
 from ..storage.feed_statements import LISTEN_TO_FEED
 from ..storage.follower_names import FollowerNameHold
+from ..storage.rows import FeedRow
 from .transactions import Transactions
 
 DEFAULT_POLL_S: Final = 0.02
@@ -60,16 +62,24 @@ def read_feed(
     their events (`RunRepository.read_feed`). Only when some event is still unnumbered
     and this store's role may number it does it read in a write transaction on the
     primary instead, which numbers first."""
+    return list(map(feed_item, read_feed_rows(runner, after=after, limit=limit, run_id=run_id)))
 
-    def work(runs: RunRepository) -> list[FeedItem]:
-        return runs.read_feed(after=after, limit=limit, run_id=run_id)
 
-    def numbered_only(runs: RunRepository) -> list[FeedItem] | None:
+def read_feed_rows(
+    runner: Transactions, *, after: int, limit: int | None, run_id: str | None
+) -> list[FeedRow]:
+    """`read_feed`'s rows (`RunRepository.read_feed_rows`), for a follower that makes
+    each `FeedItem` as it yields it."""
+
+    def work(runs: RunRepository) -> list[FeedRow]:
+        return runs.read_feed_rows(after=after, limit=limit, run_id=run_id)
+
+    def numbered_only(runs: RunRepository) -> list[FeedRow] | None:
         unnumbered = runs.feed_unnumbered()
         return None if unnumbered is not None and unnumbered.role_may_number else work(runs)
 
-    items = runner.read(numbered_only)
-    return runner.write(work) if items is None else items
+    rows = runner.read(numbered_only)
+    return runner.write(work) if rows is None else rows
 
 
 def stop_check(stop: Stop) -> Callable[[], bool]:
@@ -251,7 +261,7 @@ def _follow(
                 if lost and name is not None:
                     name.reaffirm()  # a lost connection may have taken the name with it
                 waker.arm()
-                batch = read_feed(runner, after=position, limit=FEED_BATCH, run_id=run_id)
+                batch = read_feed_rows(runner, after=position, limit=FEED_BATCH, run_id=run_id)
             except CadenceStoreError as error:
                 if not error.retryable:
                     raise
@@ -262,7 +272,8 @@ def _follow(
                 continue
             retry_s = 0.0
             lost = False
-            for item in batch:
+            for row in batch:  # each made as it is yielded: see `read_feed_rows`
+                item = feed_item(row)
                 yield item
                 position = item.position
                 if stopped():

@@ -8,6 +8,7 @@ only the store has (`follow`, its connection handling).
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -26,6 +27,7 @@ from cadence_store import (
     RunStore,
 )
 from cadence_store.journal import RunEvent
+from cadence_store.repository.feed import feed_item
 
 BAD_FOLLOWERS = ["", " reader", "reader ", "a/b", "x" * 129, 7, None, b"reader"]
 BAD_POSITIONS = [-1, 1.5, True, "3", None, 2**53]
@@ -46,6 +48,29 @@ def record_position(store: Any, follower: Any, position: Any, **options: Any) ->
     else:
         with store.unit_of_work() as uow:
             uow.runs.record_position(follower, position, **options)
+
+
+def feed_rows(store: Any, **arguments: Any) -> list[Any]:
+    """`RunRepository.read_feed_rows` in a transaction of the entry point's kind (the
+    async one through `run_sync`)."""
+    if isinstance(store, AsyncEntry):
+
+        async def read() -> list[Any]:
+            async with store.async_store.unit_of_work() as uow:
+                return await uow.runs.run_sync(lambda runs: runs.read_feed_rows(**arguments))
+
+        rows: list[Any] = store.run(read())
+        return rows
+    if isinstance(store, UnitOfWorkEntry | RepositoryEntry):
+        with store._repository() as runs:
+            return runs.read_feed_rows(**arguments)
+    with store.unit_of_work() as uow:
+        return uow.runs.read_feed_rows(**arguments)
+
+
+def _live_feed_items() -> int:
+    gc.collect()
+    return sum(isinstance(found, FeedItem) for found in gc.get_objects())
 
 
 def _started(store: Any, tag: str) -> str:
@@ -91,6 +116,69 @@ def test_after_limit_and_run_page_the_feed(store):
     assert store.read_feed(run_id=first, after=feed[1].position) == []
     assert store.read_feed(run_id="no-such-run") == []
     assert store.read_feed(run_id="nul\x00run") == []  # no run can have it
+
+
+def test_the_feeds_rows_make_the_items_read_feed_gives(store):
+    first, second = _started(store, "a"), _started(store, "b")
+    store.transition(first, "running", operation_id="run-a")
+    feed = store.read_feed()
+    for arguments in (
+        {},
+        {"limit": 3},
+        {"after": feed[1].position},
+        {"after": feed[1].position, "limit": 1},
+        {"run_id": second},
+        {"run_id": "no-such-run"},
+    ):
+        rows = feed_rows(store, **arguments)
+        assert [feed_item(row) for row in rows] == store.read_feed(**arguments)
+    assert [row.position for row in feed_rows(store)] == [item.position for item in feed]
+
+
+@pytest.mark.parametrize(
+    "arguments, code",
+    [
+        ({"after": -1}, "invalid-feed-position"),
+        ({"limit": 0}, "invalid-limit"),
+        ({"run_id": 5}, "invalid-run-id"),
+    ],
+    ids=repr,
+)
+def test_the_feeds_rows_refuse_what_read_feed_refuses(store, rejected, arguments, code):
+    with rejected(InvalidInputError, code):
+        feed_rows(store, **arguments)
+
+
+@pytest.mark.run_store_only
+def test_a_follower_makes_each_item_as_it_yields_it(store):
+    """Not a page of items at once: held together, a page's items outlive the garbage
+    collector's young generations, and its full collections then rescan every one."""
+    for tag in "abcdef":
+        _started(store, tag)  # 12 events, one page
+    items = store.follow(stop=lambda: False, poll_s=0.01)
+    try:
+        first = next(items)
+        assert first.event.sequence == 1
+        assert _live_feed_items() == 1
+        assert len([next(items) for _ in range(11)]) == 11
+    finally:
+        items.close()
+
+
+@pytest.mark.run_store_only
+def test_an_async_follower_makes_each_item_as_it_yields_it(store_url: str, store):
+    for tag in "abcdef":
+        _started(store, tag)
+
+    async def follow() -> int:
+        async with AsyncRunStore(store_url, root_hash=ROOT_HASH) as async_store:
+            items = async_store.follow(stop=lambda: False, poll_s=0.01)
+            async with aclosing(items):
+                async for _item in items:
+                    return _live_feed_items()
+        raise AssertionError("the follower gave nothing")
+
+    assert asyncio.run(follow()) == 1
 
 
 def test_a_follower_position_is_recorded_and_read(store):
