@@ -144,27 +144,61 @@ def lease_samples(store: RunStore, run_id: str, n: int, samples: dict[str, list[
         samples[name].append(seconds)
 
 
-def summary(samples: list[float]) -> dict[str, float]:
+def summary(samples: list[float], page_reads: list[int] | None = None) -> dict[str, float]:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return {
+    figures = {
         "p50_ms": round(statistics.median(ordered) * 1000, 3),
         "p99_ms": round(p99 * 1000, 3),
         "samples": len(ordered),
     }
+    if page_reads:
+        figures["page_reads_per_call"] = round(statistics.mean(page_reads), 1)
+    return figures
+
+
+def read_syscalls() -> int:
+    """This process's read syscalls so far (Linux's /proc/self/io, 0 elsewhere). A SQLite
+    connection reads each page its cache does not hold with one `pread`, so the count
+    across a SQLite call is the pages it had to fetch from the OS."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return 0
+    return next(int(line.split()[1]) for line in text.splitlines() if line.startswith("syscr"))
+
+
+def _probe_cost() -> int:
+    """The read syscalls that reading the count itself costs."""
+    first = read_syscalls()
+    return read_syscalls() - first
 
 
 def measure_warm(
-    url: str, marks: dict[str, Any], wanted: Callable[[str], bool], rounds: int
+    url: str,
+    marks: dict[str, Any],
+    wanted: Callable[[str], bool],
+    rounds: int,
+    *,
+    writes_alone: bool = False,
 ) -> dict[str, dict[str, float]]:
+    """Every wanted call on one RunStore, interleaved in a fresh random order each round;
+    with `writes_alone`, the writes only, as a writer issues them (no read between them
+    empties the SQLite connection's page cache). SQLite writes also count their page reads."""
     store = RunStore(url, root_hash=ROOT_HASH)
+    counts_pages = url.startswith("sqlite") and read_syscalls() > 0
+    probe = _probe_cost()
+    if writes_alone:  # a tag of its own: the mixed pass's operation ids are not replayed
+        marks = {**marks, "tag": time.time_ns()}
     try:
+        everything = {**read_calls(marks), **write_calls(store, marks)}
         calls = {
             name: call
-            for name, call in {**read_calls(marks), **write_calls(store, marks)}.items()
-            if wanted(name)
+            for name, call in everything.items()
+            if wanted(name) and (name in WRITES or not writes_alone)
         }
         samples: dict[str, list[float]] = {name: [] for name in (*calls, *LEASES)}
+        page_reads: dict[str, list[int]] = {name: [] for name in WRITES}
         for call in calls.values():
             call(store, 0)  # warm: the first call of each is not counted
         counter = 0
@@ -176,12 +210,15 @@ def measure_warm(
                 if name == "lease calls":
                     lease_samples(store, marks["mover"], counter, samples)
                     continue
+                reads_before = read_syscalls() if counts_pages and name in WRITES else 0
                 started = time.perf_counter()
                 calls[name](store, counter)
                 samples[name].append(time.perf_counter() - started)
+                if reads_before:
+                    page_reads[name].append(read_syscalls() - reads_before - probe)
     finally:
         store.close()
-    return {name: summary(found) for name, found in samples.items() if found}
+    return {name: summary(found, page_reads.get(name)) for name, found in samples.items() if found}
 
 
 def measure_cold(
@@ -281,6 +318,7 @@ def measure_store(
         )
     result["cold"] = measure_cold(url, marks, wanted, args.cold_rounds)
     result["warm"] = measure_warm(url, marks, wanted, args.rounds)
+    result["writes_alone"] = measure_warm(url, marks, wanted, args.rounds, writes_alone=True)
     if wanted("follow"):
         result["follower"] = follower(url, marks["head"])
     if wanted("verify (whole store)"):

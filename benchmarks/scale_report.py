@@ -16,15 +16,20 @@ def _ratio(big: float, small: float) -> float | None:
     return round(big / small, 2) if small else None
 
 
-def _row(name: str, small: dict[str, Any] | None, big: dict[str, Any]) -> dict[str, Any]:
-    """One call's row; its target: writes p50 <= 1.1x, reads p50 <= 1.5x and p99 <= 2x."""
+def _row(
+    name: str, small: dict[str, Any] | None, big: dict[str, Any], *, call: str | None = None
+) -> dict[str, Any]:
+    """One call's row (`call`: the call's own name, where `name` adds how it was timed);
+    its target: writes p50 <= 1.1x, reads p50 <= 1.5x and p99 <= 2x."""
     row: dict[str, Any] = {"call": name, "at_size": big, "small": small}
     if small is None:
         return row
     p50 = _ratio(big["p50_ms"], small["p50_ms"])
     p99 = _ratio(big["p99_ms"], small["p99_ms"])
     row.update(p50_ratio=p50, p99_ratio=p99)
-    if name in WRITES:
+    if "page_reads_per_call" in big and "page_reads_per_call" in small:
+        row["page_reads"] = (small["page_reads_per_call"], big["page_reads_per_call"])
+    if (call or name) in WRITES:
         row["target"] = f"p50 <= {WRITE_P50}x"
         row["met"] = p50 is not None and p50 <= WRITE_P50
     elif name in LEASES or name == "lease calls":
@@ -38,10 +43,10 @@ def _row(name: str, small: dict[str, Any] | None, big: dict[str, Any]) -> dict[s
 def rows(engine: str, small: dict[str, Any] | None, big: dict[str, Any]) -> list[dict[str, Any]]:
     """Every compared figure of one engine: warm and cold calls, then the whole-store ones."""
     found: list[dict[str, Any]] = []
-    for mode in ("warm", "cold"):
+    for mode, said in (("warm", ""), ("writes_alone", " (writes alone)"), ("cold", " (cold)")):
         for name, figures in big.get(mode, {}).items():
             earlier = _same_call(small, mode, name) if small else None
-            found.append(_row(name if mode == "warm" else f"{name} (cold)", earlier, figures))
+            found.append(_row(f"{name}{said}", earlier, figures, call=name))
     deep = next((n for n in big.get("warm", {}) if n.startswith("list_runs (page")), None)
     if deep is not None and "list_runs (first page)" in big["warm"]:
         first, paged = big["warm"]["list_runs (first page)"], big["warm"][deep]
@@ -116,6 +121,8 @@ def table(engine: str, size: str, found: list[dict[str, Any]], load: list[float]
         if "at_size" in row:
             ratios = f"{row.get('p50_ratio') or '-':>7}{row.get('p99_ratio') or '-':>7}"
             verdict = f"{row.get('target', '')} {_met(row)}"
+            if "page_reads" in row:
+                verdict += " (page reads a call {} -> {})".format(*row["page_reads"])
             lines.append(
                 f"{row['call'][:57]:<58}{_figures(row['small'])}{_figures(row['at_size'])}"
                 f"{ratios}  {verdict}"
