@@ -6,7 +6,10 @@ Sizes: `small` (10,000 runs / 100,000 events), `quick` (100,000 / 1,000,000) and
 stores are built by the library's write path and cached (`scale_build`). Each call is
 timed warm (one RunStore, after a first call; the calls interleaved in a fresh random
 order every round) and, for the reads, cold: a new RunStore (a new engine, so a new
-connection and no statement cache) for each sample, its first call timed. The OS page
+connection and no statement cache) for each sample, its first call timed. The writes
+are also timed alone (`writes_side_by_side`): every size's store open at once, only the
+writes, in one random order across the sizes each round; SQLite writes count their page
+reads (`read_syscalls`). The OS page
 cache cannot be dropped without root, so "cold" is a fresh connection, not a cold disk.
 Whole-store verify runs in a child process (`parallel_verify.iter_verified_runs`, one
 job, its verdicts counted as they come): events/s and that process's peak RSS. A follower catching up reads the feed from
@@ -175,28 +178,16 @@ def _probe_cost() -> int:
 
 
 def measure_warm(
-    url: str,
-    marks: dict[str, Any],
-    wanted: Callable[[str], bool],
-    rounds: int,
-    *,
-    writes_alone: bool = False,
+    url: str, marks: dict[str, Any], wanted: Callable[[str], bool], rounds: int
 ) -> dict[str, dict[str, float]]:
-    """Every wanted call on one RunStore, interleaved in a fresh random order each round;
-    with `writes_alone`, the writes only, as a writer issues them (no read between them
-    empties the SQLite connection's page cache). SQLite writes also count their page reads."""
+    """Every wanted call on one RunStore, interleaved in a fresh random order each round.
+    SQLite writes also count their page reads."""
     store = RunStore(url, root_hash=ROOT_HASH)
     counts_pages = url.startswith("sqlite") and read_syscalls() > 0
     probe = _probe_cost()
-    if writes_alone:  # a tag of its own: the mixed pass's operation ids are not replayed
-        marks = {**marks, "tag": time.time_ns()}
     try:
         everything = {**read_calls(marks), **write_calls(store, marks)}
-        calls = {
-            name: call
-            for name, call in everything.items()
-            if wanted(name) and (name in WRITES or not writes_alone)
-        }
+        calls = {name: call for name, call in everything.items() if wanted(name)}
         samples: dict[str, list[float]] = {name: [] for name in (*calls, *LEASES)}
         page_reads: dict[str, list[int]] = {name: [] for name in WRITES}
         for call in calls.values():
@@ -219,6 +210,49 @@ def measure_warm(
     finally:
         store.close()
     return {name: summary(found, page_reads.get(name)) for name, found in samples.items() if found}
+
+
+def writes_side_by_side(
+    stores: dict[str, tuple[str, dict[str, Any]]], wanted: Callable[[str], bool], rounds: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The writes alone, as a writer issues them (no read between them to empty a SQLite
+    connection's page cache), on every size's store in one loop: each round takes every
+    (size, write) in a fresh random order, so the sizes are timed under the same
+    conditions (the mixed pass times each size at its own time, one a 12 GB copy later).
+    SQLite writes also count their page reads."""
+    opened = {size: RunStore(url, root_hash=ROOT_HASH) for size, (url, _) in stores.items()}
+    probe = _probe_cost()
+    try:
+        calls: dict[str, dict[str, Call]] = {}
+        for size, store in opened.items():
+            marks = {**stores[size][1], "tag": time.time_ns()}  # the mixed pass's ids unused
+            every = write_calls(store, marks)
+            calls[size] = {name: every[name] for name in WRITES if wanted(name)}
+        samples: dict[tuple[str, str], list[float]] = {
+            (size, name): [] for size in calls for name in calls[size]
+        }
+        page_reads: dict[tuple[str, str], list[int]] = {key: [] for key in samples}
+        for size, name in samples:
+            calls[size][name](opened[size], 0)  # warm: not counted
+        counter = 0
+        for _ in range(rounds):
+            order = list(samples)
+            random.shuffle(order)
+            for size, name in order:
+                counter += 1
+                reads_before = read_syscalls()
+                started = time.perf_counter()
+                calls[size][name](opened[size], counter)
+                samples[size, name].append(time.perf_counter() - started)
+                if reads_before and stores[size][0].startswith("sqlite"):
+                    page_reads[size, name].append(read_syscalls() - reads_before - probe)
+    finally:
+        for store in opened.values():
+            store.close()
+    return {
+        size: {name: summary(samples[size, name], page_reads[size, name]) for name in calls[size]}
+        for size in calls
+    }
 
 
 def measure_cold(
@@ -295,15 +329,17 @@ def whole_store_verify(url: str) -> dict[str, float]:
     return result
 
 
+def wanted_by(words: list[str] | None) -> Callable[[str], bool]:
+    """`--calls`: a call is measured when its name holds one of the words (all without)."""
+    return lambda name: not words or any(word in name for word in words)
+
+
 def measure_store(
     engine: str, url: str, facts: dict[str, Any], size: str, args: argparse.Namespace, work: Path
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This size's figures, and the landmarks its calls read."""
     runs = SIZES[size][0]
-    words: list[str] = args.calls or []
-
-    def wanted(name: str) -> bool:
-        return not words or any(word in name for word in words)
-
+    wanted = wanted_by(args.calls)
     store = RunStore(url)
     try:
         marks = landmarks(store, url, runs)
@@ -318,12 +354,11 @@ def measure_store(
         )
     result["cold"] = measure_cold(url, marks, wanted, args.cold_rounds)
     result["warm"] = measure_warm(url, marks, wanted, args.rounds)
-    result["writes_alone"] = measure_warm(url, marks, wanted, args.rounds, writes_alone=True)
     if wanted("follow"):
         result["follower"] = follower(url, marks["head"])
     if wanted("verify (whole store)"):
         result["verify_store"] = whole_store_verify(url)
-    return result
+    return result, marks
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -350,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         results["engines"] = json.loads(args.out.read_text()).get("engines", {})
     for engine in args.engines:
         figures: dict[str, Any] = {}
+        measured: dict[str, tuple[str, dict[str, Any]]] = {}
         with ExitStack() as stack:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="scale-")))
             server = stack.enter_context(postgres_server()) if engine == "postgresql" else None
@@ -359,7 +395,12 @@ def main(argv: list[str] | None = None) -> int:
                     url, facts = sqlite_store(runs, events, work)
                 else:
                     url, facts = postgres_store(server, runs, events, work)
-                figures[size] = measure_store(engine, url, facts, size, args, work)
+                figures[size], marks = measure_store(engine, url, facts, size, args, work)
+                measured[size] = (url, marks)
+            if len(measured) > 1:
+                alone = writes_side_by_side(measured, wanted_by(args.calls), args.rounds)
+                for size, timed in alone.items():
+                    figures[size]["writes_alone"] = timed
         baseline = figures.get("small") if len(figures) > 1 else None
         compared = {
             size: rows(engine, None if size == "small" else baseline, figures[size])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.scale import landmarks, measure_warm
+from benchmarks.scale import landmarks, writes_side_by_side
 from benchmarks.scale_build import LONG_CHANGE, SHORT_CHANGE, build, plans
 from benchmarks.scale_report import WRITES
 from benchmarks.scale_storage import sqlite_storage
@@ -45,19 +45,22 @@ def test_a_built_store_verifies_and_holds_its_named_runs(tmp_path: Path) -> None
     assert storage["cadence_1x_shaped"]["store_bytes_per_event"] > 0
 
 
-def test_the_writes_alone_pass_times_only_writes_and_counts_their_page_reads(
-    tmp_path: Path,
-) -> None:
-    url = f"sqlite:///{tmp_path / 'scale.sqlite3'}"
-    build(url, 200, 2_000)
-    with RunStore(url) as store:
-        marks = landmarks(store, url, 200)
-        runs_before = store.counts().runs
-    mixed = measure_warm(url, marks, lambda name: name in WRITES, 5)
-    alone = measure_warm(url, marks, lambda name: True, 5, writes_alone=True)
-    assert set(mixed) == set(alone) == set(WRITES)
-    with RunStore(url) as store:
-        # each pass: its replay and mover runs, then one new run per warm-up and round
-        assert store.counts().runs == runs_before + 2 * (2 + 1 + 5)
-    if Path("/proc/self/io").exists():
-        assert all(alone[name]["page_reads_per_call"] >= 0 for name in WRITES)
+def test_the_writes_alone_are_timed_on_every_size_in_one_loop(tmp_path: Path) -> None:
+    stores = {}
+    for size, runs in (("small", 100), ("big", 200)):
+        url = f"sqlite:///{tmp_path / f'{size}.sqlite3'}"
+        build(url, runs, runs * 10)
+        with RunStore(url) as store:
+            stores[size] = (url, landmarks(store, url, runs), store.counts().runs)
+    timed = writes_side_by_side(
+        {size: (url, marks) for size, (url, marks, _) in stores.items()}, lambda name: True, 5
+    )
+    assert set(timed) == {"small", "big"}
+    for size, (url, _, runs_before) in stores.items():
+        assert set(timed[size]) == set(WRITES)
+        assert all(figures["samples"] == 5 for figures in timed[size].values())
+        if Path("/proc/self/io").exists():
+            assert all(figures["page_reads_per_call"] >= 0 for figures in timed[size].values())
+        with RunStore(url) as store:
+            # its replay and mover runs, then a new run for the warm-up and each round
+            assert store.counts().runs == runs_before + 2 + 1 + 5
