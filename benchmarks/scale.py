@@ -8,8 +8,8 @@ timed warm (one RunStore, after a first call; the calls interleaved in a fresh r
 order every round) and, for the reads, cold: a new RunStore (a new engine, so a new
 connection and no statement cache) for each sample, its first call timed. The writes
 are also timed alone (`writes_side_by_side`): every size's store open at once, only the
-writes, in one random order across the sizes each round; SQLite writes count their page
-reads (`read_syscalls`). The OS page
+writes, in one random order across the sizes each round. On SQLite every call counts its
+page reads (`read_syscalls`). The OS page
 cache cannot be dropped without root, so "cold" is a fresh connection, not a cold disk.
 Whole-store verify runs in a child process (`parallel_verify.iter_verified_runs`, one
 job, its verdicts counted as they come): events/s and that process's peak RSS. A follower catching up reads the feed from
@@ -181,7 +181,7 @@ def measure_warm(
     url: str, marks: dict[str, Any], wanted: Callable[[str], bool], rounds: int
 ) -> dict[str, dict[str, float]]:
     """Every wanted call on one RunStore, interleaved in a fresh random order each round.
-    SQLite writes also count their page reads."""
+    On SQLite each call also counts its page reads."""
     store = RunStore(url, root_hash=ROOT_HASH)
     counts_pages = url.startswith("sqlite") and read_syscalls() > 0
     probe = _probe_cost()
@@ -189,7 +189,7 @@ def measure_warm(
         everything = {**read_calls(marks), **write_calls(store, marks)}
         calls = {name: call for name, call in everything.items() if wanted(name)}
         samples: dict[str, list[float]] = {name: [] for name in (*calls, *LEASES)}
-        page_reads: dict[str, list[int]] = {name: [] for name in WRITES}
+        page_reads: dict[str, list[int]] = {name: [] for name in calls}
         for call in calls.values():
             call(store, 0)  # warm: the first call of each is not counted
         counter = 0
@@ -201,7 +201,7 @@ def measure_warm(
                 if name == "lease calls":
                     lease_samples(store, marks["mover"], counter, samples)
                     continue
-                reads_before = read_syscalls() if counts_pages and name in WRITES else 0
+                reads_before = read_syscalls() if counts_pages else 0
                 started = time.perf_counter()
                 calls[name](store, counter)
                 samples[name].append(time.perf_counter() - started)
