@@ -212,6 +212,23 @@ def measure_warm(
     return {name: summary(found, page_reads.get(name)) for name, found in samples.items() if found}
 
 
+def postgres_blocks_read(url: str) -> int:
+    """The blocks this PostgreSQL database has read from outside its shared buffers (the
+    OS page cache or the disk), as its backends have reported them (at the latest when
+    they exit)."""
+    time.sleep(0.5)  # a closed store's backends report as they exit, just after
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(
+                connection.exec_driver_sql(
+                    "SELECT blks_read FROM pg_stat_database WHERE datname = current_database()"
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
 def writes_side_by_side(
     stores: dict[str, tuple[str, dict[str, Any]]], wanted: Callable[[str], bool], rounds: int
 ) -> dict[str, dict[str, dict[str, float]]]:
@@ -220,8 +237,12 @@ def writes_side_by_side(
     (size, write) in a fresh random order, so the sizes are timed under the same
     conditions (the mixed pass times each size at its own time, one a 12 GB copy later).
     SQLite writes also count their page reads."""
+    postgres = {size: url for size, (url, _) in stores.items() if url.startswith("postgresql")}
+    blocks_before = {size: postgres_blocks_read(url) for size, url in postgres.items()}
     opened = {size: RunStore(url, root_hash=ROOT_HASH) for size, (url, _) in stores.items()}
     probe = _probe_cost()
+    monitor = next(iter(postgres.values()), None)
+    wal = sqlalchemy.create_engine(monitor).connect() if monitor else None
     try:
         calls: dict[str, dict[str, Call]] = {}
         for size, store in opened.items():
@@ -232,6 +253,7 @@ def writes_side_by_side(
             (size, name): [] for size in calls for name in calls[size]
         }
         page_reads: dict[tuple[str, str], list[int]] = {key: [] for key in samples}
+        wal_bytes: dict[tuple[str, str], list[int]] = {key: [] for key in samples}
         for size, name in samples:
             calls[size][name](opened[size], 0)  # warm: not counted
         counter = 0
@@ -240,19 +262,47 @@ def writes_side_by_side(
             random.shuffle(order)
             for size, name in order:
                 counter += 1
+                lsn = _wal_insert_lsn(wal) if wal is not None else None
                 reads_before = read_syscalls()
                 started = time.perf_counter()
                 calls[size][name](opened[size], counter)
                 samples[size, name].append(time.perf_counter() - started)
                 if reads_before and stores[size][0].startswith("sqlite"):
                     page_reads[size, name].append(read_syscalls() - reads_before - probe)
+                if wal is not None and size in postgres:
+                    wal_bytes[size, name].append(_wal_since(wal, lsn))
     finally:
         for store in opened.values():
             store.close()
-    return {
+        if wal is not None:
+            wal.close()
+    timed = {
         size: {name: summary(samples[size, name], page_reads[size, name]) for name in calls[size]}
         for size in calls
     }
+    for size, url in postgres.items():  # per write, over the pass (warm-ups and set-up too)
+        writes = sum(len(samples[size, name]) + 1 for name in calls[size]) + 3
+        blocks = (postgres_blocks_read(url) - blocks_before[size]) / writes
+        for name, figures in timed[size].items():
+            figures["blocks_read_per_write"] = round(blocks, 1)
+            figures["wal_bytes_per_call"] = round(statistics.mean(wal_bytes[size, name]))
+    return timed
+
+
+def _wal_insert_lsn(connection: sqlalchemy.Connection) -> str:
+    lsn = connection.exec_driver_sql("SELECT pg_current_wal_insert_lsn()::text").scalar_one()
+    connection.commit()
+    return str(lsn)
+
+
+def _wal_since(connection: sqlalchemy.Connection, lsn: str | None) -> int:
+    """The WAL the cluster wrote since `lsn` (full-page images included): one call's,
+    as the calls run one at a time (autovacuum's too, if it ran meanwhile)."""
+    written = connection.exec_driver_sql(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %(lsn)s::pg_lsn)", {"lsn": lsn}
+    ).scalar_one()
+    connection.commit()
+    return int(written)
 
 
 def measure_cold(

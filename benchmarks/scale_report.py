@@ -29,6 +29,9 @@ def _row(
     row.update(p50_ratio=p50, p99_ratio=p99)
     if "page_reads_per_call" in big and "page_reads_per_call" in small:
         row["page_reads"] = (small["page_reads_per_call"], big["page_reads_per_call"])
+    if "blocks_read_per_write" in big and "blocks_read_per_write" in small:
+        row["blocks_read"] = (small["blocks_read_per_write"], big["blocks_read_per_write"])
+        row["wal_bytes"] = (small["wal_bytes_per_call"], big["wal_bytes_per_call"])
     if (call or name) in WRITES:
         row["target"] = f"p50 <= {WRITE_P50}x"
         row["met"] = p50 is not None and p50 <= WRITE_P50
@@ -123,6 +126,9 @@ def table(engine: str, size: str, found: list[dict[str, Any]], load: list[float]
             verdict = f"{row.get('target', '')} {_met(row)}"
             if "page_reads" in row:
                 verdict += " (page reads a call {} -> {})".format(*row["page_reads"])
+            if "blocks_read" in row:
+                verdict += " (blocks read a write, the pass: {} -> {})".format(*row["blocks_read"])
+                verdict += " (WAL bytes a call {} -> {})".format(*row["wal_bytes"])
             lines.append(
                 f"{row['call'][:57]:<58}{_figures(row['small'])}{_figures(row['at_size'])}"
                 f"{ratios}  {verdict}"
