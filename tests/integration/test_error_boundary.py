@@ -131,6 +131,7 @@ CALLS: dict[str, Call] = {
     "counts": lambda t: ((), {}),
     # the journal feed (third round)
     "read_feed": lambda t: ((), {}),
+    "read_feed_rows": lambda t: ((), {}),
     "follow": lambda t: ((), {"stop": _stopped_after_one_look()}),
     "follower_position": lambda t: (("walker",), {}),
     "record_position": lambda t: (("walker", 1), {}),
