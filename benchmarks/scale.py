@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy
 
@@ -106,6 +106,9 @@ def read_calls(marks: dict[str, Any]) -> dict[str, Call]:
         "read_feed (latest 1,000)": lambda s, n: s.read_feed(after=marks["head"] - 1_000),
         "verify_integrity (5,000-event run)": lambda s, n: s.verify_integrity(marks["long"]),
     }
+
+
+SET_UP_WRITES: Final = 3  # what `write_calls` writes before it returns the calls
 
 
 def write_calls(store: RunStore, marks: dict[str, Any]) -> dict[str, Call]:
@@ -241,8 +244,9 @@ def writes_side_by_side(
     blocks_before = {size: postgres_blocks_read(url) for size, url in postgres.items()}
     opened = {size: RunStore(url, root_hash=ROOT_HASH) for size, (url, _) in stores.items()}
     probe = _probe_cost()
-    monitor = next(iter(postgres.values()), None)
-    wal = sqlalchemy.create_engine(monitor).connect() if monitor else None
+    monitor = next(iter(postgres.values()), None)  # the WAL is the cluster's: any database
+    wal_engine = sqlalchemy.create_engine(monitor) if monitor else None
+    wal = wal_engine.connect() if wal_engine else None
     try:
         calls: dict[str, dict[str, Call]] = {}
         for size, store in opened.items():
@@ -274,14 +278,15 @@ def writes_side_by_side(
     finally:
         for store in opened.values():
             store.close()
-        if wal is not None:
+        if wal is not None and wal_engine is not None:
             wal.close()
+            wal_engine.dispose()
     timed = {
         size: {name: summary(samples[size, name], page_reads[size, name]) for name in calls[size]}
         for size in calls
     }
     for size, url in postgres.items():  # per write, over the pass (warm-ups and set-up too)
-        writes = sum(len(samples[size, name]) + 1 for name in calls[size]) + 3
+        writes = sum(len(samples[size, name]) + 1 for name in calls[size]) + SET_UP_WRITES
         blocks = (postgres_blocks_read(url) - blocks_before[size]) / writes
         for name, figures in timed[size].items():
             figures["blocks_read_per_write"] = round(blocks, 1)
